@@ -1,0 +1,1 @@
+"""The Proxima Console: enrollment, identities, heartbeats, inventory and commands."""

@@ -1,0 +1,3 @@
+from console.cli import main
+
+main()

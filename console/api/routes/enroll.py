@@ -1,0 +1,77 @@
+"""Agent-facing endpoints: enrollment and the credential-rotation proof."""
+
+from fastapi import APIRouter, Response, status
+from fastapi.concurrency import run_in_threadpool
+from sqlmodel import Session
+
+from console.api.deps import RuntimeDep
+from console.enrollment import EnrollmentConflictError, EnrollOutcome, enroll
+from console.identities import complete_rotation
+from contracts.enrollment import EnrollRequest, EnrollResponse, ErrorBody, RotationProof
+
+router = APIRouter(prefix="/api/v1/agents", tags=["agents"])
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    400: {"model": ErrorBody, "description": "bad or stale signature"},
+    401: {"model": ErrorBody, "description": "install token invalid, expired, used up or revoked"},
+    409: {"model": ErrorBody, "description": "the (environment, agent_type, name) is held"},
+    422: {"model": ErrorBody, "description": "malformed request"},
+}
+
+
+@router.post(
+    "/enroll",
+    response_model=EnrollResponse,
+    status_code=status.HTTP_201_CREATED,
+    responses={200: {"model": EnrollResponse, "description": "re-bound or repeated"}, **_ERRORS},
+)
+async def enroll_agent(req: EnrollRequest, runtime: RuntimeDep, response: Response) -> EnrollResponse:
+    settings = runtime.settings
+
+    def work() -> EnrollOutcome:
+        with Session(runtime.engine, expire_on_commit=False) as session:
+            try:
+                outcome = enroll(
+                    session,
+                    req=req,
+                    quiet_seconds=settings.identity_quiet_seconds,
+                    skew_seconds=settings.enroll_clock_skew_seconds,
+                )
+            except EnrollmentConflictError:
+                session.commit()  # keep the conflict flag on the record holding the name
+                raise
+            session.commit()
+            return outcome
+
+    outcome = await run_in_threadpool(work)
+    await runtime.apply_identities()
+    if not outcome.created:
+        response.status_code = status.HTTP_200_OK
+    agent = outcome.agent
+    return EnrollResponse(
+        agent_id=agent.id,
+        agent_type=agent.agent_type,
+        name=agent.name,
+        client_id=agent.client_id,
+        environment_id=agent.environment_id,
+        nats_url=runtime.agent_nats_url,
+        rebound=outcome.rebound,
+    )
+
+
+@router.post("/{agent_id}/credentials", responses=_ERRORS)
+async def rotate_proof(agent_id: str, proof: RotationProof, runtime: RuntimeDep) -> dict[str, str]:
+    """Called by the agent itself, authenticated by the signature of its current key."""
+
+    def work() -> str:
+        with Session(runtime.engine, expire_on_commit=False) as session:
+            agent = complete_rotation(session, agent_id=agent_id, proof=proof)
+            session.commit()
+            return agent.nats_public_key or ""
+
+    public_key = await run_in_threadpool(work)
+    await runtime.apply_identities()
+    waiter = runtime.rotation_waiters.get(proof.nonce)
+    if waiter is not None:
+        waiter.set()
+    return {"agent_id": agent_id, "public_key": public_key}

@@ -1,0 +1,63 @@
+"""Bearer API tokens with scopes bound to (client, environment).
+
+401: no token, or one the Console does not know (or expired/revoked).
+403: a known token that lacks the scope, or asks about another client's or environment's data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlmodel import Session, select
+
+from console.clock import utcnow
+from console.errors import ForbiddenError, UnauthorizedError
+from console.models import ApiToken
+from console.secrets import token_hash
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    token_id: str
+    name: str
+    client_id: str
+    environment_id: str
+    scopes: frozenset[str]
+
+    def require(self, scope: str) -> None:
+        if scope not in self.scopes:
+            raise ForbiddenError(
+                "missing_scope", f"this API token lacks the {scope!r} scope"
+            )
+
+    def require_on(self, scope: str, *, client_id: str, environment_id: str) -> None:
+        self.require(scope)
+        if client_id != self.client_id or environment_id != self.environment_id:
+            raise ForbiddenError(
+                "wrong_environment",
+                f"this API token's {scope!r} scope is bound to another client or environment",
+            )
+
+
+def authenticate(session: Session, authorization: str | None, now: datetime | None = None) -> Principal:
+    if not authorization:
+        raise UnauthorizedError("missing_token", "send an API token: Authorization: Bearer <token>")
+    scheme, _, raw = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not raw.strip():
+        raise UnauthorizedError("malformed_authorization", "use Authorization: Bearer <token>")
+    token = session.exec(select(ApiToken).where(ApiToken.token_hash == token_hash(raw.strip()))).first()
+    now = now or utcnow()
+    if token is None:
+        raise UnauthorizedError("invalid_token", "API token is not valid")
+    if token.revoked_at is not None:
+        raise UnauthorizedError("token_revoked", "API token has been revoked")
+    if token.expires_at is not None and token.expires_at <= now:
+        raise UnauthorizedError("token_expired", "API token has expired")
+    return Principal(
+        token_id=token.id,
+        name=token.name,
+        client_id=token.client_id,
+        environment_id=token.environment_id,
+        scopes=frozenset(token.scopes),
+    )

@@ -1,0 +1,114 @@
+"""``proxima-console``: serve, bootstrap, migrate."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from sqlmodel import Session
+
+from console.settings import ConsoleSettings
+
+app = typer.Typer(
+    help="The Proxima Console backend. Settings are PROXIMA_* environment variables "
+    "(see docs/console.md); flags override them.",
+    no_args_is_help=True,
+)
+
+
+def _settings(**overrides: object) -> ConsoleSettings:
+    settings = ConsoleSettings()
+    updates = {k: v for k, v in overrides.items() if v is not None}
+    return settings.model_copy(update=updates) if updates else settings
+
+
+def _fail(message: str) -> None:
+    print(f"proxima-console: {message}", file=sys.stderr)
+    raise typer.Exit(1)
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Bind address [PROXIMA_HOST]")] = None,
+    port: Annotated[int | None, typer.Option(help="Port [PROXIMA_PORT]")] = None,
+) -> None:
+    """Run the API (and, unless PROXIMA_NATS_URL is set, an embedded nats-server)."""
+    import uvicorn
+
+    from console.app import create_app
+    from console.logs import configure
+
+    settings = _settings(host=host, port=port)
+    configure(settings.log_level, settings.log_format)
+    try:
+        uvicorn.run(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            log_config=None,
+            access_log=False,
+        )
+    except Exception as exc:
+        _fail(str(exc))
+
+
+@app.command()
+def migrate() -> None:
+    """Apply database migrations up to the newest revision."""
+    from console.db import migrate as run
+
+    settings = _settings()
+    try:
+        run(settings.resolved_database_url())
+    except Exception as exc:
+        _fail(f"migration failed: {exc}")
+    print("database is at the newest revision")
+
+
+@app.command()
+def bootstrap(
+    client: Annotated[str, typer.Option(envvar="PROXIMA_BOOTSTRAP_CLIENT", help="Client name")] = "default",
+    environment: Annotated[
+        str, typer.Option(envvar="PROXIMA_BOOTSTRAP_ENVIRONMENT", help="Environment name")
+    ] = "production",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """Create a client, an environment and an admin API token (applying migrations first)."""
+    from console.bootstrap import bootstrap as run
+    from console.db import make_engine
+    from console.db import migrate as run_migrations
+
+    settings = _settings()
+    url = settings.resolved_database_url()
+    try:
+        run_migrations(url)
+        engine = make_engine(url)
+        with Session(engine) as session:
+            result = run(session, client_name=client, environment_name=environment)
+        engine.dispose()
+    except Exception as exc:
+        _fail(f"bootstrap failed: {exc}")
+        return
+    if as_json:
+        print(json.dumps(dataclasses.asdict(result)))
+        return
+    table = Table(title="Proxima Console bootstrap", show_header=False)
+    table.add_row("client", f"{result.client_name} ({result.client_id})")
+    table.add_row("environment", f"{result.environment_name} ({result.environment_id})")
+    table.add_row("admin API token", result.token)
+    table.add_row("scopes", ", ".join(result.scopes))
+    Console().print(table)
+    Console(stderr=True).print("[yellow]The token is shown once: store it now.[/yellow]")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,279 @@
+"""Enrollment and re-bind: the identity rules of the seed, made exact.
+
+An enrollment names (environment, agent_type, name). What happens depends on the record that
+already holds that name, checked in this order:
+
+1. none                         → a new record (201)
+2. same public key              → the same record again; a retried request is harmless (200)
+3. revoked                      → 409 ``agent_revoked``
+4. released (no NATS identity)  → re-bind: same id, links and history (200)
+5. seen within the quiet window → 409 ``name_in_use`` (a second live process, not a comeback)
+6. no identity evidence         → 409 ``no_identity_evidence``
+7. no presented signal matches  → 409 ``identity_mismatch``
+8. otherwise                    → re-bind (200)
+
+Functions take the session and leave the transaction to the caller, except where a conflict
+must be recorded even though the request fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from console.clock import utcnow
+from console.errors import BadRequestError, ConflictError, UnauthorizedError
+from console.models import Agent, AgentEvent, AgentEvidence, InstallToken
+from console.secrets import evidence_hash, token_hash
+from console.signatures import SignatureError, verify
+from contracts.enrollment import ConflictReason, EnrollRequest, IdentitySignals, enrollment_message
+
+
+@dataclass(frozen=True, slots=True)
+class EnrollOutcome:
+    agent: Agent
+    created: bool
+    rebound: bool
+
+
+def _check_install_token(session: Session, raw: str, now: datetime) -> InstallToken:
+    token = session.exec(
+        select(InstallToken).where(InstallToken.token_hash == token_hash(raw))
+    ).first()
+    if token is None:
+        raise UnauthorizedError("invalid_install_token", "install token is not valid")
+    if token.revoked_at is not None:
+        raise UnauthorizedError("install_token_revoked", "install token has been revoked")
+    if token.expires_at is not None and token.expires_at <= now:
+        raise UnauthorizedError(
+            "install_token_expired", f"install token expired at {token.expires_at.isoformat()}"
+        )
+    if token.max_uses is not None and token.uses >= token.max_uses:
+        raise UnauthorizedError(
+            "install_token_exhausted", f"install token has been used {token.uses} times of {token.max_uses}"
+        )
+    return token
+
+
+def _check_signature(req: EnrollRequest, now: datetime, skew_seconds: float) -> None:
+    signed_at = req.signed_at if req.signed_at.tzinfo else req.signed_at.replace(tzinfo=now.tzinfo)
+    if abs((now - signed_at).total_seconds()) > skew_seconds:
+        raise BadRequestError(
+            "stale_signature",
+            f"enrollment was signed at {signed_at.isoformat()}, more than {skew_seconds:g} s "
+            "from the Console's clock: check the agent's clock",
+        )
+    message = enrollment_message(
+        agent_type=req.agent_type.value,
+        name=req.name,
+        public_key=req.public_key,
+        signed_at=req.signed_at,
+    )
+    try:
+        verify(req.public_key, message, req.signature)
+    except SignatureError as exc:
+        raise BadRequestError(
+            "bad_signature", f"enrollment signature does not prove possession of the key: {exc.why}"
+        ) from exc
+
+
+def record_evidence(
+    session: Session, *, agent_id: str, signals: IdentitySignals, source: str, now: datetime
+) -> int:
+    """Attach the presented identity signals to a record; returns how many were new."""
+    existing = {
+        (e.kind, e.value_hash): e
+        for e in session.exec(select(AgentEvidence).where(AgentEvidence.agent_id == agent_id))
+    }
+    added = 0
+    for kind, value in signals.present().items():
+        h = evidence_hash(kind, value)
+        if (kind, h) in existing:
+            existing[(kind, h)].last_seen_at = now
+            session.add(existing[(kind, h)])
+        else:
+            session.add(
+                AgentEvidence(
+                    agent_id=agent_id, kind=kind, value_hash=h, source=source,
+                    first_seen_at=now, last_seen_at=now,
+                )
+            )
+            added += 1
+    return added
+
+
+def _evidence_matches(session: Session, agent_id: str, signals: IdentitySignals) -> tuple[bool, bool]:
+    """(record has evidence, a presented signal matches it)."""
+    rows = session.exec(select(AgentEvidence).where(AgentEvidence.agent_id == agent_id)).all()
+    if not rows:
+        return False, False
+    held = {(r.kind, r.value_hash) for r in rows}
+    presented = {(k, evidence_hash(k, v)) for k, v in signals.present().items()}
+    return True, bool(held & presented)
+
+
+def seen_at(agent: Agent) -> datetime:
+    return agent.last_seen_at or agent.enrolled_at
+
+
+def add_event(session: Session, agent_id: str, kind: str, message: str, **detail: object) -> None:
+    session.add(AgentEvent(agent_id=agent_id, kind=kind, message=message, detail=dict(detail)))
+
+
+class EnrollmentConflictError(ConflictError):
+    """409, carrying the record that holds the name so the caller can record the clash."""
+
+    def __init__(self, reason: ConflictReason, message: str, *, agent_id: str) -> None:
+        super().__init__(reason.value, message, agent_id=agent_id)
+        self.conflict_reason = reason
+
+
+def _decide_conflict(
+    session: Session, agent: Agent, req: EnrollRequest, now: datetime, quiet_seconds: float
+) -> EnrollmentConflictError | None:
+    """None when the request may re-bind ``agent``; the 409 to answer otherwise."""
+    label = f"{agent.agent_type} {agent.name!r}"
+    if agent.revoked_at is not None:
+        return EnrollmentConflictError(
+            ConflictReason.AGENT_REVOKED,
+            f"{label} is held by revoked agent {agent.id}; a revoked identity is never re-bound",
+            agent_id=agent.id,
+        )
+    if agent.nats_public_key is None:
+        return None
+    quiet_for = (now - seen_at(agent)).total_seconds()
+    if quiet_for <= quiet_seconds:
+        return EnrollmentConflictError(
+            ConflictReason.NAME_IN_USE,
+            f"{label} is held by agent {agent.id}, seen {quiet_for:.0f} s ago (within the "
+            f"{quiet_seconds:g} s quiet window): another live process holds this identity",
+            agent_id=agent.id,
+        )
+    has_evidence, matches = _evidence_matches(session, agent.id, req.signals)
+    if not has_evidence:
+        return EnrollmentConflictError(
+            ConflictReason.NO_IDENTITY_EVIDENCE,
+            f"{label} is held by agent {agent.id}, which carries no identity evidence to match: "
+            "free it with POST /api/v1/fleet/agents/{agentID}/release-identity",
+            agent_id=agent.id,
+        )
+    if not matches:
+        return EnrollmentConflictError(
+            ConflictReason.IDENTITY_MISMATCH,
+            f"{label} is held by agent {agent.id}; this machine presents no identity signal "
+            "(machine-id, DMI product uuid) the record carries",
+            agent_id=agent.id,
+        )
+    return None
+
+
+def enroll(
+    session: Session,
+    *,
+    req: EnrollRequest,
+    quiet_seconds: float,
+    skew_seconds: float,
+    now: datetime | None = None,
+) -> EnrollOutcome:
+    now = now or utcnow()
+    _check_signature(req, now, skew_seconds)
+    token = _check_install_token(session, req.install_token, now)
+    existing = session.exec(
+        select(Agent)
+        .where(
+            Agent.environment_id == token.environment_id,
+            Agent.agent_type == req.agent_type.value,
+            Agent.name == req.name,
+        )
+        .with_for_update()
+    ).first()
+
+    if existing is not None and existing.nats_public_key == req.public_key and existing.revoked_at is None:
+        return EnrollOutcome(agent=existing, created=False, rebound=False)
+
+    if existing is None:
+        agent = Agent(
+            client_id=token.client_id,
+            environment_id=token.environment_id,
+            agent_type=req.agent_type.value,
+            name=req.name,
+            nats_public_key=req.public_key,
+            version=req.version,
+            instance_id=req.instance_id,
+            can_self_update=req.can_self_update,
+            labels=dict(req.labels),
+            install_token_id=token.id,
+            enrolled_at=now,
+            last_seen_at=now,
+        )
+        session.add(agent)
+        try:
+            session.flush()
+        except IntegrityError as exc:
+            session.rollback()
+            raise ConflictError(
+                ConflictReason.NAME_IN_USE.value,
+                f"{req.agent_type.value} {req.name!r} was enrolled by another request just now",
+            ) from exc
+        record_evidence(session, agent_id=agent.id, signals=req.signals, source="enrollment", now=now)
+        add_event(session, agent.id, "enrolled", f"enrolled as {req.agent_type.value} {req.name!r}",
+                  version=req.version, signals=sorted(req.signals.present()))
+        created, rebound = True, False
+    else:
+        conflict = _decide_conflict(session, existing, req, now, quiet_seconds)
+        if conflict is not None:
+            _record_conflict(session, existing, conflict, now)
+            raise conflict
+        how = "released" if existing.nats_public_key is None else "quiet_with_evidence"
+        existing.nats_public_key = req.public_key
+        existing.version = req.version
+        existing.instance_id = req.instance_id
+        existing.can_self_update = req.can_self_update
+        existing.labels = dict(req.labels) or existing.labels
+        existing.released_at = None
+        existing.last_seen_at = now
+        existing.last_conflict_at = None
+        existing.last_conflict_reason = None
+        existing.shared_identity_since = None
+        existing.version_flapping_since = None
+        existing.install_token_id = token.id
+        session.add(existing)
+        record_evidence(session, agent_id=existing.id, signals=req.signals, source="enrollment", now=now)
+        add_event(session, existing.id, "rebound",
+                  "re-bound onto its prior record" + (" after release" if how == "released" else
+                                                      " (quiet, identity evidence matched)"),
+                  how=how, version=req.version)
+        agent, created, rebound = existing, False, True
+
+    token.uses += 1
+    token.last_used_at = now
+    session.add(token)
+    return EnrollOutcome(agent=agent, created=created, rebound=rebound)
+
+
+_CONFLICT_STREAK_GAP = timedelta(minutes=5)
+
+
+def _record_conflict(
+    session: Session, agent: Agent, conflict: EnrollmentConflictError, now: datetime
+) -> None:
+    """Flag the record holding the name. One history event per streak of clashes (or when the
+    reason changes), so an agent retrying with backoff does not flood the history."""
+    same_streak = (
+        agent.last_conflict_reason == conflict.reason
+        and agent.last_conflict_at is not None
+        and now - agent.last_conflict_at < _CONFLICT_STREAK_GAP
+    )
+    if not same_streak:
+        add_event(session, agent.id, "enrollment_conflict", conflict.message, reason=conflict.reason)
+    agent.conflict_count += 1
+    agent.last_conflict_at = now
+    agent.last_conflict_reason = conflict.reason
+    session.add(agent)
+
+
+def find_by_public_key(session: Session, public_key: str) -> Agent | None:
+    return session.exec(select(Agent).where(col(Agent.nats_public_key) == public_key)).first()

@@ -1,0 +1,52 @@
+"""Errors the Console answers with. Each carries the HTTP status, a stable ``reason`` for
+machines and a ``message`` for people; the app renders them as ``contracts.enrollment.ErrorBody``.
+
+    ConsoleError
+    ├── BadRequestError            400
+    ├── UnauthorizedError          401  no or unknown credentials
+    ├── ForbiddenError             403  known credentials, not allowed
+    ├── NotFoundError              404
+    ├── ConflictError              409  enrollment clash, refused release, …
+    ├── PayloadTooLargeError       413
+    └── GatewayTimeoutError        504  an agent did not answer in time
+"""
+
+from typing import ClassVar
+
+
+class ConsoleError(Exception):
+    status: ClassVar[int] = 400
+
+    def __init__(self, reason: str, message: str, *, agent_id: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.agent_id = agent_id
+
+
+class BadRequestError(ConsoleError):
+    status = 400
+
+
+class UnauthorizedError(ConsoleError):
+    status = 401
+
+
+class ForbiddenError(ConsoleError):
+    status = 403
+
+
+class NotFoundError(ConsoleError):
+    status = 404
+
+
+class ConflictError(ConsoleError):
+    status = 409
+
+
+class PayloadTooLargeError(ConsoleError):
+    status = 413
+
+
+class GatewayTimeoutError(ConsoleError):
+    status = 504

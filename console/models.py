@@ -1,0 +1,152 @@
+"""Database tables. One family of classes per entity; API shapes live in ``schemas.py``."""
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Column, Index, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from console.clock import utcnow
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Client(SQLModel, table=True):
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=32)
+    name: str = Field(unique=True, max_length=128)
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Environment(SQLModel, table=True):
+    __table_args__ = (UniqueConstraint("client_id", "name", name="uq_environment_client_name"),)
+
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=32)
+    client_id: str = Field(foreign_key="client.id", index=True, max_length=32)
+    name: str = Field(max_length=128)
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ApiToken(SQLModel, table=True):
+    """A bearer token for people and flows. Only its SHA-256 is stored."""
+
+    __tablename__ = "api_token"
+
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=32)
+    client_id: str = Field(foreign_key="client.id", index=True, max_length=32)
+    environment_id: str = Field(foreign_key="environment.id", index=True, max_length=32)
+    name: str = Field(max_length=128)
+    token_hash: str = Field(unique=True, max_length=64)
+    prefix: str = Field(max_length=16)
+    scopes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+    last_used_at: datetime | None = None
+
+
+class InstallToken(SQLModel, table=True):
+    """What an agent presents to enroll. Shown once; only its SHA-256 is stored."""
+
+    __tablename__ = "install_token"
+
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=32)
+    client_id: str = Field(foreign_key="client.id", index=True, max_length=32)
+    environment_id: str = Field(foreign_key="environment.id", index=True, max_length=32)
+    name: str = Field(max_length=128)
+    token_hash: str = Field(unique=True, max_length=64)
+    prefix: str = Field(max_length=16)
+    cluster_slug: str | None = Field(default=None, max_length=63)
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime | None = None
+    max_uses: int | None = None
+    uses: int = 0
+    revoked_at: datetime | None = None
+    last_used_at: datetime | None = None
+
+
+class Agent(SQLModel, table=True):
+    """One enrolled identity. Unique on (environment, agent_type, name)."""
+
+    __table_args__ = (
+        UniqueConstraint(
+            "environment_id", "agent_type", "name", name="uq_agent_environment_type_name"
+        ),
+        Index("ix_agent_nats_public_key", "nats_public_key"),
+    )
+
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=32)
+    client_id: str = Field(foreign_key="client.id", index=True, max_length=32)
+    environment_id: str = Field(foreign_key="environment.id", index=True, max_length=32)
+    agent_type: str = Field(max_length=32)
+    name: str = Field(max_length=253)
+    nats_public_key: str | None = Field(default=None, max_length=64)
+    version: str | None = Field(default=None, max_length=64)
+    instance_id: str | None = Field(default=None, max_length=64)
+    can_self_update: bool = True
+    labels: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    install_token_id: str | None = Field(default=None, max_length=32)
+    enrolled_at: datetime = Field(default_factory=utcnow)
+    last_seen_at: datetime | None = None
+    last_heartbeat_at: datetime | None = None
+    heartbeat_interval_seconds: float | None = None
+    metrics_interval_seconds: float | None = None
+    sync_interval_seconds: float | None = None
+    uptime_seconds: float | None = None
+    last_metrics: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    released_at: datetime | None = None
+    revoked_at: datetime | None = None
+    credentials_rotated_at: datetime | None = None
+    shared_identity_since: datetime | None = None
+    version_flapping_since: datetime | None = None
+    last_conflict_at: datetime | None = None
+    last_conflict_reason: str | None = Field(default=None, max_length=64)
+    conflict_count: int = 0
+
+
+class AgentEvidence(SQLModel, table=True):
+    """An identity signal a record carries, stored as SHA-256 of ``kind:value``.
+
+    machine-id is confidential by systemd's own rules, so only its hash is kept; matching needs
+    nothing more.
+    """
+
+    __tablename__ = "agent_evidence"
+    __table_args__ = (
+        UniqueConstraint("agent_id", "kind", "value_hash", name="uq_evidence_agent_kind_value"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    agent_id: str = Field(foreign_key="agent.id", index=True, max_length=32)
+    kind: str = Field(max_length=32)
+    value_hash: str = Field(max_length=64)
+    source: str = Field(max_length=32, description="enrollment or credential_renewal")
+    first_seen_at: datetime = Field(default_factory=utcnow)
+    last_seen_at: datetime = Field(default_factory=utcnow)
+
+
+class AgentEvent(SQLModel, table=True):
+    """History of a record: enrollments, re-binds, conflicts, releases, rotations, revocation."""
+
+    __tablename__ = "agent_event"
+
+    id: int | None = Field(default=None, primary_key=True)
+    agent_id: str = Field(foreign_key="agent.id", index=True, max_length=32)
+    at: datetime = Field(default_factory=utcnow, index=True)
+    kind: str = Field(max_length=48)
+    message: str = Field(max_length=1024)
+    detail: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+class CredentialRotation(SQLModel, table=True):
+    __tablename__ = "credential_rotation"
+
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=32)
+    agent_id: str = Field(foreign_key="agent.id", index=True, max_length=32)
+    nonce: str = Field(unique=True, max_length=128)
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime
+    completed_at: datetime | None = None
+    new_public_key: str | None = Field(default=None, max_length=64)

@@ -1,0 +1,173 @@
+"""Everything a running Console holds: database engine, NATS (embedded or external), the
+authorization file writer, the heartbeat ingester and the command sender."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from pathlib import Path
+
+import nats
+import nkeys
+from nats.aio.client import Client as NatsClient
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, select
+
+from console.clock import utcnow
+from console.db import make_engine, migrate
+from console.ingest import Ingester
+from console.models import Agent
+from console.nats_authorization import AgentUser, NatsAuthorizer
+from console.nats_server import EmbeddedNats, MonitoredReloader
+from console.settings import ConsoleSettings
+from contracts import subjects
+from contracts.messages import Command, CommandKind
+
+log = logging.getLogger(__name__)
+
+
+class ConsoleStartupError(RuntimeError):
+    pass
+
+
+def load_or_create_seed(path: Path) -> bytes:
+    """The Console's own NATS nkey, kept beside its data (0600)."""
+    if path.exists():
+        return path.read_bytes().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    seed: bytes = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(seed)
+    return seed
+
+
+class ConsoleRuntime:
+    def __init__(self, settings: ConsoleSettings) -> None:
+        self.settings = settings
+        self.database_url = settings.resolved_database_url()
+        self.engine: Engine = make_engine(self.database_url)
+        self.embedded: EmbeddedNats | None = None
+        self.reloader: MonitoredReloader | None = None
+        self.nc: NatsClient | None = None
+        self.authorizer: NatsAuthorizer | None = None
+        self.ingester = Ingester(
+            engine=self.engine,
+            flush_seconds=settings.heartbeat_flush_seconds,
+            batch_max=settings.heartbeat_batch_max,
+        )
+        self.nats_url = ""
+        self.rotation_waiters: dict[str, asyncio.Event] = {}
+
+    @property
+    def agent_nats_url(self) -> str:
+        return self.settings.nats_public_url or self.nats_url
+
+    async def _load_users(self) -> list[AgentUser]:
+        def query() -> list[AgentUser]:
+            with Session(self.engine) as session:
+                rows = session.exec(
+                    select(Agent.id, Agent.nats_public_key).where(
+                        col(Agent.nats_public_key).is_not(None), col(Agent.revoked_at).is_(None)
+                    )
+                ).all()
+            return [AgentUser(agent_id=i, public_key=k) for i, k in rows if k]
+
+        return await asyncio.to_thread(query)
+
+    async def start(self) -> None:
+        s = self.settings
+        s.data_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(migrate, self.database_url)
+        seed = load_or_create_seed(s.data_dir / "console.nk")
+        console_pub = nkeys.from_seed(seed).public_key.decode()
+        if s.nats_url is None:
+            self.embedded = EmbeddedNats(
+                workdir=s.data_dir / "nats", port=s.nats_port, max_payload=s.nats_max_payload
+            )
+            auth_file = self.embedded.auth_file
+        else:
+            if not (s.nats_auth_file and s.nats_pid_file and s.nats_monitor_url):
+                raise ConsoleStartupError(
+                    "PROXIMA_NATS_URL names an external server: also set PROXIMA_NATS_AUTH_FILE "
+                    "(the file its config includes), PROXIMA_NATS_PID_FILE and "
+                    "PROXIMA_NATS_MONITOR_URL so the Console can enforce per-agent permissions"
+                )
+            auth_file = s.nats_auth_file
+        placeholder = NatsAuthorizer(
+            auth_file=auth_file,
+            console_public_key=console_pub,
+            load_users=self._load_users,
+            reloader=_NoReload(),
+        )
+        await placeholder.write_initial()
+        if self.embedded is not None:
+            await asyncio.to_thread(self.embedded.start)
+            self.nats_url = self.embedded.client_url
+            self.reloader = self.embedded.reloader()
+        else:
+            assert s.nats_url and s.nats_pid_file and s.nats_monitor_url
+            self.nats_url = s.nats_url
+            self.reloader = MonitoredReloader(pid=s.nats_pid_file, monitor_url=s.nats_monitor_url)
+            await self.reloader.reload()
+        self.authorizer = NatsAuthorizer(
+            auth_file=auth_file,
+            console_public_key=console_pub,
+            load_users=self._load_users,
+            reloader=self.reloader,
+        )
+        self.authorizer.start()
+        self.nc = await nats.connect(
+            self.nats_url,
+            nkeys_seed_str=seed.decode(),
+            name="proxima-console",
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            disconnected_cb=_log_cb("nats disconnected"),
+            reconnected_cb=_log_cb("nats reconnected"),
+        )
+        await self.nc.subscribe(subjects.ALL_HEARTBEATS, cb=self.ingester.on_heartbeat)
+        await self.nc.subscribe(subjects.ALL_METRICS, cb=self.ingester.on_metrics)
+        self.ingester.start()
+        log.info("console nats connected to %s", self.nats_url)
+
+    async def stop(self) -> None:
+        await self.ingester.stop()
+        if self.nc is not None:
+            try:
+                await self.nc.drain()
+            except Exception:  # the server may already be gone
+                log.debug("nats drain failed", exc_info=True)
+        if self.authorizer is not None:
+            await self.authorizer.stop()
+        if self.reloader is not None:
+            await self.reloader.aclose()
+        if self.embedded is not None:
+            await asyncio.to_thread(self.embedded.stop)
+        self.engine.dispose()
+
+    async def apply_identities(self) -> None:
+        """Return once NATS enforces the identities the database now holds."""
+        assert self.authorizer is not None
+        await self.authorizer.apply()
+
+    async def send_command(self, agent_id: str, kind: CommandKind, args: dict[str, object]) -> str:
+        assert self.nc is not None
+        command = Command(command_id=uuid.uuid4().hex, kind=kind, issued_at=utcnow(), args=args)
+        await self.nc.publish(subjects.commands(agent_id), command.model_dump_json().encode())
+        await self.nc.flush()
+        return command.command_id
+
+
+class _NoReload:
+    async def reload(self) -> None:
+        return None
+
+
+def _log_cb(text: str):  # type: ignore[no-untyped-def]
+    async def cb() -> None:
+        log.warning(text)
+
+    return cb

@@ -1,0 +1,154 @@
+"""API shapes: what routes accept and return."""
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+
+class Scope(StrEnum):
+    AGENTS_READ = "agents:read"
+    AGENTS_WRITE = "agents:write"
+    TOKENS_READ = "tokens:read"
+    TOKENS_WRITE = "tokens:write"
+    ROLLOUTS_READ = "rollouts:read"
+    ROLLOUTS_WRITE = "rollouts:write"
+    CLUSTERS_READ = "clusters:read"
+    CLUSTERS_WRITE = "clusters:write"
+
+
+ALL_SCOPES = [s.value for s in Scope]
+
+ShortName = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+
+
+T = TypeVar("T")
+
+
+class Page(BaseModel, Generic[T]):
+    items: list[T]
+    total: int
+    limit: int
+    offset: int
+
+
+class InstallTokenCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: ShortName = "install token"
+    expires_in_seconds: Annotated[int, Field(gt=0, le=366 * 86400)] | None = None
+    max_uses: Annotated[int, Field(gt=0, le=1_000_000)] | None = None
+    cluster_slug: Annotated[str, StringConstraints(max_length=63)] | None = None
+
+
+class InstallTokenPublic(BaseModel):
+    id: str
+    name: str
+    prefix: str
+    environment_id: str
+    cluster_slug: str | None
+    created_at: datetime
+    expires_at: datetime | None
+    max_uses: int | None
+    uses: int
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+    state: str = Field(description="active, expired, used_up or revoked")
+
+
+class InstallTokenCreated(InstallTokenPublic):
+    token: str = Field(description="Shown once; only its hash is stored")
+
+
+class ApiTokenCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: ShortName
+    scopes: list[Scope] = Field(min_length=1)
+    expires_in_seconds: Annotated[int, Field(gt=0, le=366 * 86400)] | None = None
+
+
+class ApiTokenPublic(BaseModel):
+    id: str
+    name: str
+    prefix: str
+    client_id: str
+    environment_id: str
+    scopes: list[str]
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+
+
+class ApiTokenCreated(ApiTokenPublic):
+    token: str
+
+
+class AgentStatus(StrEnum):
+    ONLINE = "online"
+    OFFLINE = "offline"
+    RELEASED = "released"
+    REVOKED = "revoked"
+
+
+class AgentFlag(StrEnum):
+    SHARED_IDENTITY = "shared_identity"
+    VERSION_FLAPPING = "version_flapping"
+    ENROLLMENT_CONFLICT = "enrollment_conflict"
+    NO_IDENTITY_EVIDENCE = "no_identity_evidence"
+    CANNOT_SELF_UPDATE = "cannot_self_update"
+
+
+class AgentPublic(BaseModel):
+    id: str
+    client_id: str
+    environment_id: str
+    agent_type: str
+    name: str
+    version: str | None
+    status: AgentStatus
+    enrolled_at: datetime
+    last_seen_at: datetime | None
+    seconds_since_seen: float | None
+    can_self_update: bool
+    labels: dict[str, str]
+    flags: list[AgentFlag]
+    conflict: dict[str, Any] | None = Field(
+        default=None, description="The latest enrollment clash on this record's name"
+    )
+    heartbeat_interval_seconds: float | None
+    metrics_interval_seconds: float | None
+    sync_interval_seconds: float | None
+    released_at: datetime | None
+    revoked_at: datetime | None
+    credentials_rotated_at: datetime | None
+
+
+class AgentEventPublic(BaseModel):
+    at: datetime
+    kind: str
+    message: str
+    detail: dict[str, Any]
+
+
+class AgentDetail(AgentPublic):
+    evidence: list[dict[str, Any]] = Field(
+        description="Identity signals the record carries (kinds and sources, never values)"
+    )
+    history: list[AgentEventPublic]
+    last_metrics: dict[str, Any] | None
+
+
+class RotationResult(BaseModel):
+    agent_id: str
+    public_key: str
+    rotated_at: datetime
+
+
+class Whoami(BaseModel):
+    token_id: str
+    client_id: str
+    environment_id: str
+    scopes: list[str]

