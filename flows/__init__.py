@@ -1,0 +1,1 @@
+"""Prefect flows: the control plane. They reach the Console over HTTP only."""

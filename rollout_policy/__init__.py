@@ -1,0 +1,159 @@
+"""Pure rollout and migration decisions: no I/O, stdlib only.
+
+The Console and the flows feed it snapshots and get back plans, decisions and new states:
+
+- :mod:`~rollout_policy.eligibility`: who a rollout is for and who is excluded, with reasons;
+- :mod:`~rollout_policy.waves`: canary and growth waves, deterministic per seed;
+- :mod:`~rollout_policy.thresholds`: IoT-Jobs-style failure criteria and the decision they make;
+- :mod:`~rollout_policy.states`: the rollout state machine;
+- :mod:`~rollout_policy.migration`: the ``hostDataDir`` migration plan per node;
+- :mod:`~rollout_policy.versions`: semver-ish versions and ranges.
+
+Semantics and worked examples: ``docs/rollout-policy.md``.
+"""
+
+from rollout_policy.eligibility import (
+    CLUSTER_LABEL,
+    CONTAINER_AGENT_TYPES,
+    AgentSnapshot,
+    EligibilityReport,
+    Exclusion,
+    ExclusionReason,
+    Selector,
+    evaluate_eligibility,
+)
+from rollout_policy.errors import (
+    DuplicateAgentError,
+    IllegalTransitionError,
+    InvalidPolicyError,
+    MigrationInputError,
+    RolloutPolicyError,
+    ThresholdPolicyError,
+    VersionError,
+    VersionRangeError,
+    WavePolicyError,
+)
+from rollout_policy.ids import AgentId, EnvironmentId, NodeName
+from rollout_policy.migration import (
+    DEFAULT_QUIET_WINDOW_SECONDS,
+    NODE_MONITOR_TYPE,
+    AgentRecord,
+    MigrationNode,
+    MigrationPlan,
+    MigrationRow,
+    NodeClass,
+    ReleaseReason,
+    plan_hostdatadir_migration,
+)
+from rollout_policy.states import (
+    EVENT_TARGETS,
+    LEGAL_EVENTS,
+    TERMINAL_STATES,
+    EventKind,
+    RolloutEvent,
+    RolloutState,
+    RolloutStatus,
+    Transition,
+    next_state,
+)
+from rollout_policy.thresholds import (
+    DEFAULT_THRESHOLD_POLICY,
+    FailureCriterion,
+    FailureType,
+    Measure,
+    Outcome,
+    ResultCounts,
+    ThresholdAction,
+    ThresholdDecision,
+    ThresholdPolicy,
+    Trip,
+    evaluate_thresholds,
+)
+from rollout_policy.versions import (
+    ANY_VERSION,
+    Comparison,
+    Version,
+    VersionClause,
+    VersionRange,
+    parse_version,
+    parse_version_range,
+    try_parse_version,
+)
+from rollout_policy.waves import (
+    FactorGrowth,
+    PercentGrowth,
+    Wave,
+    WaveKind,
+    WavePlan,
+    WavePolicy,
+    plan_waves,
+    wave_sizes,
+)
+
+__all__ = [
+    "ANY_VERSION",
+    "CLUSTER_LABEL",
+    "CONTAINER_AGENT_TYPES",
+    "DEFAULT_QUIET_WINDOW_SECONDS",
+    "DEFAULT_THRESHOLD_POLICY",
+    "EVENT_TARGETS",
+    "LEGAL_EVENTS",
+    "NODE_MONITOR_TYPE",
+    "TERMINAL_STATES",
+    "AgentId",
+    "AgentRecord",
+    "AgentSnapshot",
+    "Comparison",
+    "DuplicateAgentError",
+    "EligibilityReport",
+    "EnvironmentId",
+    "EventKind",
+    "Exclusion",
+    "ExclusionReason",
+    "FactorGrowth",
+    "FailureCriterion",
+    "FailureType",
+    "IllegalTransitionError",
+    "InvalidPolicyError",
+    "Measure",
+    "MigrationInputError",
+    "MigrationNode",
+    "MigrationPlan",
+    "MigrationRow",
+    "NodeClass",
+    "NodeName",
+    "Outcome",
+    "PercentGrowth",
+    "ReleaseReason",
+    "ResultCounts",
+    "RolloutEvent",
+    "RolloutPolicyError",
+    "RolloutState",
+    "RolloutStatus",
+    "Selector",
+    "ThresholdAction",
+    "ThresholdDecision",
+    "ThresholdPolicy",
+    "ThresholdPolicyError",
+    "Transition",
+    "Trip",
+    "Version",
+    "VersionClause",
+    "VersionError",
+    "VersionRange",
+    "VersionRangeError",
+    "Wave",
+    "WaveKind",
+    "WavePlan",
+    "WavePolicy",
+    "WavePolicyError",
+    "evaluate_eligibility",
+    "evaluate_thresholds",
+    "next_state",
+    "parse_version",
+    "parse_version_range",
+    "plan_hostdatadir_migration",
+    "plan_waves",
+    "try_parse_version",
+    "wave_sizes",
+]
