@@ -27,9 +27,7 @@ class Principal:
 
     def require(self, scope: str) -> None:
         if scope not in self.scopes:
-            raise ForbiddenError(
-                "missing_scope", f"this API token lacks the {scope!r} scope"
-            )
+            raise ForbiddenError("missing_scope", f"this API token lacks the {scope!r} scope")
 
     def require_on(self, scope: str, *, client_id: str, environment_id: str) -> None:
         self.require(scope)
@@ -40,13 +38,17 @@ class Principal:
             )
 
 
-def authenticate(session: Session, authorization: str | None, now: datetime | None = None) -> Principal:
+def authenticate(
+    session: Session, authorization: str | None, now: datetime | None = None
+) -> Principal:
     if not authorization:
         raise UnauthorizedError("missing_token", "send an API token: Authorization: Bearer <token>")
     scheme, _, raw = authorization.partition(" ")
     if scheme.lower() != "bearer" or not raw.strip():
         raise UnauthorizedError("malformed_authorization", "use Authorization: Bearer <token>")
-    token = session.exec(select(ApiToken).where(ApiToken.token_hash == token_hash(raw.strip()))).first()
+    token = session.exec(
+        select(ApiToken).where(ApiToken.token_hash == token_hash(raw.strip()))
+    ).first()
     now = now or utcnow()
     if token is None:
         raise UnauthorizedError("invalid_token", "API token is not valid")

@@ -52,6 +52,11 @@ def bootstrap(
     session.add(token)
     session.commit()
     return Bootstrapped(
-        client_id=client.id, client_name=client.name, environment_id=env.id,
-        environment_name=env.name, token_id=token.id, token=raw, scopes=list(ALL_SCOPES),
+        client_id=client.id,
+        client_name=client.name,
+        environment_id=env.id,
+        environment_name=env.name,
+        token_id=token.id,
+        token=raw,
+        scopes=list(ALL_SCOPES),
     )

@@ -28,7 +28,9 @@ def _settings(**overrides: object) -> ConsoleSettings:
 
 
 def _fail(message: str) -> None:
-    print(f"proxima-console: {message}", file=sys.stderr)
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("(Background on this error")]
+    print(f"proxima-console: {' '.join(lines)}", file=sys.stderr)
     raise typer.Exit(1)
 
 
@@ -72,7 +74,9 @@ def migrate() -> None:
 
 @app.command()
 def bootstrap(
-    client: Annotated[str, typer.Option(envvar="PROXIMA_BOOTSTRAP_CLIENT", help="Client name")] = "default",
+    client: Annotated[
+        str, typer.Option(envvar="PROXIMA_BOOTSTRAP_CLIENT", help="Client name")
+    ] = "default",
     environment: Annotated[
         str, typer.Option(envvar="PROXIMA_BOOTSTRAP_ENVIRONMENT", help="Environment name")
     ] = "production",

@@ -53,7 +53,8 @@ def _check_install_token(session: Session, raw: str, now: datetime) -> InstallTo
         )
     if token.max_uses is not None and token.uses >= token.max_uses:
         raise UnauthorizedError(
-            "install_token_exhausted", f"install token has been used {token.uses} times of {token.max_uses}"
+            "install_token_exhausted",
+            f"install token has been used {token.uses} times of {token.max_uses}",
         )
     return token
 
@@ -81,13 +82,23 @@ def _check_signature(req: EnrollRequest, now: datetime, skew_seconds: float) -> 
 
 
 def record_evidence(
-    session: Session, *, agent_id: str, signals: IdentitySignals, source: str, now: datetime
+    session: Session,
+    *,
+    agent_id: str,
+    signals: IdentitySignals,
+    source: str,
+    now: datetime,
+    new_record: bool = False,
 ) -> int:
     """Attach the presented identity signals to a record; returns how many were new."""
-    existing = {
-        (e.kind, e.value_hash): e
-        for e in session.exec(select(AgentEvidence).where(AgentEvidence.agent_id == agent_id))
-    }
+    existing = (
+        {}
+        if new_record
+        else {
+            (e.kind, e.value_hash): e
+            for e in session.exec(select(AgentEvidence).where(AgentEvidence.agent_id == agent_id))
+        }
+    )
     added = 0
     for kind, value in signals.present().items():
         h = evidence_hash(kind, value)
@@ -97,15 +108,21 @@ def record_evidence(
         else:
             session.add(
                 AgentEvidence(
-                    agent_id=agent_id, kind=kind, value_hash=h, source=source,
-                    first_seen_at=now, last_seen_at=now,
+                    agent_id=agent_id,
+                    kind=kind,
+                    value_hash=h,
+                    source=source,
+                    first_seen_at=now,
+                    last_seen_at=now,
                 )
             )
             added += 1
     return added
 
 
-def _evidence_matches(session: Session, agent_id: str, signals: IdentitySignals) -> tuple[bool, bool]:
+def _evidence_matches(
+    session: Session, agent_id: str, signals: IdentitySignals
+) -> tuple[bool, bool]:
     """(record has evidence, a presented signal matches it)."""
     rows = session.exec(select(AgentEvidence).where(AgentEvidence.agent_id == agent_id)).all()
     if not rows:
@@ -191,7 +208,11 @@ def enroll(
         .with_for_update()
     ).first()
 
-    if existing is not None and existing.nats_public_key == req.public_key and existing.revoked_at is None:
+    if (
+        existing is not None
+        and existing.nats_public_key == req.public_key
+        and existing.revoked_at is None
+    ):
         return EnrollOutcome(agent=existing, created=False, rebound=False)
 
     if existing is None:
@@ -218,9 +239,22 @@ def enroll(
                 ConflictReason.NAME_IN_USE.value,
                 f"{req.agent_type.value} {req.name!r} was enrolled by another request just now",
             ) from exc
-        record_evidence(session, agent_id=agent.id, signals=req.signals, source="enrollment", now=now)
-        add_event(session, agent.id, "enrolled", f"enrolled as {req.agent_type.value} {req.name!r}",
-                  version=req.version, signals=sorted(req.signals.present()))
+        record_evidence(
+            session,
+            agent_id=agent.id,
+            signals=req.signals,
+            source="enrollment",
+            now=now,
+            new_record=True,
+        )
+        add_event(
+            session,
+            agent.id,
+            "enrolled",
+            f"enrolled as {req.agent_type.value} {req.name!r}",
+            version=req.version,
+            signals=sorted(req.signals.present()),
+        )
         created, rebound = True, False
     else:
         conflict = _decide_conflict(session, existing, req, now, quiet_seconds)
@@ -241,11 +275,18 @@ def enroll(
         existing.version_flapping_since = None
         existing.install_token_id = token.id
         session.add(existing)
-        record_evidence(session, agent_id=existing.id, signals=req.signals, source="enrollment", now=now)
-        add_event(session, existing.id, "rebound",
-                  "re-bound onto its prior record" + (" after release" if how == "released" else
-                                                      " (quiet, identity evidence matched)"),
-                  how=how, version=req.version)
+        record_evidence(
+            session, agent_id=existing.id, signals=req.signals, source="enrollment", now=now
+        )
+        add_event(
+            session,
+            existing.id,
+            "rebound",
+            "re-bound onto its prior record"
+            + (" after release" if how == "released" else " (quiet, identity evidence matched)"),
+            how=how,
+            version=req.version,
+        )
         agent, created, rebound = existing, False, True
 
     token.uses += 1
@@ -268,7 +309,9 @@ def _record_conflict(
         and now - agent.last_conflict_at < _CONFLICT_STREAK_GAP
     )
     if not same_streak:
-        add_event(session, agent.id, "enrollment_conflict", conflict.message, reason=conflict.reason)
+        add_event(
+            session, agent.id, "enrollment_conflict", conflict.message, reason=conflict.reason
+        )
     agent.conflict_count += 1
     agent.last_conflict_at = now
     agent.last_conflict_reason = conflict.reason

@@ -106,7 +106,9 @@ def complete_rotation(
         raise NotFoundError("agent_not_found", f"agent {agent_id} not found")
     if agent.revoked_at is not None or agent.nats_public_key is None:
         raise ConflictError("agent_not_rotatable", f"agent {agent_id} holds no live identity")
-    message = rotation_message(agent_id=agent_id, nonce=proof.nonce, new_public_key=proof.new_public_key)
+    message = rotation_message(
+        agent_id=agent_id, nonce=proof.nonce, new_public_key=proof.new_public_key
+    )
     try:
         verify(agent.nats_public_key, message, proof.old_signature)
     except SignatureError as exc:
@@ -129,6 +131,11 @@ def complete_rotation(
     record_evidence(
         session, agent_id=agent.id, signals=proof.signals, source="credential_renewal", now=now
     )
-    add_event(session, agent.id, "credentials_rotated", "credentials rotated; evidence renewed",
-              signals=sorted(proof.signals.present()))
+    add_event(
+        session,
+        agent.id,
+        "credentials_rotated",
+        "credentials rotated; evidence renewed",
+        signals=sorted(proof.signals.present()),
+    )
     return agent

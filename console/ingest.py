@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -105,11 +106,13 @@ class Ingester:
         self,
         *,
         engine: Engine,
+        writer: Callable[[], AbstractContextManager[object]] = nullcontext,
         flush_seconds: float,
         batch_max: int,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._engine = engine
+        self._writer = writer
         self._flush_seconds = flush_seconds
         self._batch_max = batch_max
         self._clock = clock
@@ -199,7 +202,7 @@ class Ingester:
     ) -> None:
         now: datetime = utcnow()
         table = Agent.__table__  # type: ignore[attr-defined]
-        with Session(self._engine) as session:
+        with self._writer(), Session(self._engine) as session:
             if latest:
                 rows = [
                     {
@@ -248,24 +251,37 @@ class Ingester:
                     continue
                 if change.shared and agent.shared_identity_since is None:
                     agent.shared_identity_since = now
-                    session.add(AgentEvent(
-                        agent_id=agent.id, kind="shared_identity",
-                        message=f"{len(change.instances)} processes heartbeat as this identity",
-                        detail={"instances": list(change.instances), "versions": list(change.versions)},
-                    ))
+                    session.add(
+                        AgentEvent(
+                            agent_id=agent.id,
+                            kind="shared_identity",
+                            message=f"{len(change.instances)} processes heartbeat as this identity",
+                            detail={
+                                "instances": list(change.instances),
+                                "versions": list(change.versions),
+                            },
+                        )
+                    )
                 elif not change.shared and agent.shared_identity_since is not None:
                     agent.shared_identity_since = None
-                    session.add(AgentEvent(
-                        agent_id=agent.id, kind="shared_identity_cleared",
-                        message="one process heartbeats as this identity again", detail={},
-                    ))
+                    session.add(
+                        AgentEvent(
+                            agent_id=agent.id,
+                            kind="shared_identity_cleared",
+                            message="one process heartbeats as this identity again",
+                            detail={},
+                        )
+                    )
                 if change.flapping and agent.version_flapping_since is None:
                     agent.version_flapping_since = now
-                    session.add(AgentEvent(
-                        agent_id=agent.id, kind="version_flapping",
-                        message="reported version flaps between " + ", ".join(change.versions),
-                        detail={"versions": list(change.versions)},
-                    ))
+                    session.add(
+                        AgentEvent(
+                            agent_id=agent.id,
+                            kind="version_flapping",
+                            message="reported version flaps between " + ", ".join(change.versions),
+                            detail={"versions": list(change.versions)},
+                        )
+                    )
                 elif not change.flapping:
                     agent.version_flapping_since = None
                 session.add(agent)

@@ -23,9 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from prometheus_client import Histogram
+
 from contracts import subjects
 
 log = logging.getLogger(__name__)
+
+RELOAD_SECONDS = Histogram(
+    "proxima_nats_reload_seconds",
+    "Signal to confirmed nats-server configuration reload",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,15 +108,17 @@ class NatsAuthorizer:
             except asyncio.CancelledError:
                 pass
 
-    async def apply(self, timeout: float = 30.0) -> None:
+    async def apply(self, wait_seconds: float = 30.0) -> None:
         """Return once the server enforces the identities as the database holds them now."""
         self._requested += 1
         wanted = self._requested
         self._wake.set()
         async with self._changed:
             await asyncio.wait_for(
-                self._changed.wait_for(lambda: self._applied >= wanted or self._failure is not None),
-                timeout,
+                self._changed.wait_for(
+                    lambda: self._applied >= wanted or self._failure is not None
+                ),
+                wait_seconds,
             )
         if self._applied < wanted and self._failure is not None:
             raise RuntimeError(f"nats authorization reload failed: {self._failure}")
@@ -124,7 +134,8 @@ class NatsAuthorizer:
                 text = render_authorization(self._console_public_key, users)
                 if text != current:
                     write_atomically(self._auth_file, text)
-                    await self._reloader.reload()
+                    with RELOAD_SECONDS.time():
+                        await self._reloader.reload()
                     current = text
                     self.reloads += 1
                 self._failure = None

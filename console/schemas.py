@@ -108,6 +108,7 @@ class AgentPublic(BaseModel):
     agent_type: str
     name: str
     version: str | None
+    instance_id: str | None = Field(description="The process that heartbeat last")
     status: AgentStatus
     enrolled_at: datetime
     last_seen_at: datetime | None

@@ -14,7 +14,8 @@ class ConsoleSettings(BaseSettings):
 
     data_dir: Path = Field(
         default=Path(".proxima/console"),
-        description="Where the SQLite file, the embedded NATS config and the Console's NATS key live.",
+        description="Where the SQLite file, the embedded NATS config and the Console's NATS "
+        "key live.",
     )
     database_url: str | None = Field(
         default=None,
@@ -46,9 +47,14 @@ class ConsoleSettings(BaseSettings):
     )
     nats_monitor_url: str | None = Field(
         default=None,
-        description="External NATS only: monitoring URL (http://host:8222) used to confirm reloads.",
+        description="External NATS only: monitoring URL (http://host:8222) used to confirm "
+        "reloads.",
     )
-    nats_port: int = Field(default=-1, description="Embedded NATS client port; -1 picks one.")
+    nats_port: int = Field(
+        default=4222,
+        description="Embedded NATS client port. Keep it stable: agents remember the URL they "
+        "were given at enrollment.",
+    )
     nats_max_payload: int = Field(default=1024 * 1024, description="Embedded NATS max_payload.")
 
     identity_quiet_seconds: float = Field(

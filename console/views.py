@@ -23,7 +23,10 @@ def agent_status(agent: Agent, *, stale_seconds: float, now: datetime) -> AgentS
         return AgentStatus.REVOKED
     if agent.nats_public_key is None:
         return AgentStatus.RELEASED
-    if agent.last_seen_at is not None and (now - agent.last_seen_at).total_seconds() <= stale_seconds:
+    if (
+        agent.last_seen_at is not None
+        and (now - agent.last_seen_at).total_seconds() <= stale_seconds
+    ):
         return AgentStatus.ONLINE
     return AgentStatus.OFFLINE
 
@@ -44,7 +47,11 @@ def agent_flags(agent: Agent, *, has_evidence: bool | None = None) -> list[Agent
 
 
 def agent_public(
-    agent: Agent, *, stale_seconds: float, now: datetime | None = None, has_evidence: bool | None = None
+    agent: Agent,
+    *,
+    stale_seconds: float,
+    now: datetime | None = None,
+    has_evidence: bool | None = None,
 ) -> AgentPublic:
     now = now or utcnow()
     conflict = None
@@ -61,10 +68,13 @@ def agent_public(
         agent_type=agent.agent_type,
         name=agent.name,
         version=agent.version,
+        instance_id=agent.instance_id,
         status=agent_status(agent, stale_seconds=stale_seconds, now=now),
         enrolled_at=agent.enrolled_at,
         last_seen_at=agent.last_seen_at,
-        seconds_since_seen=(now - agent.last_seen_at).total_seconds() if agent.last_seen_at else None,
+        seconds_since_seen=(now - agent.last_seen_at).total_seconds()
+        if agent.last_seen_at
+        else None,
         can_self_update=agent.can_self_update,
         labels=agent.labels,
         flags=agent_flags(agent, has_evidence=has_evidence),
@@ -90,8 +100,12 @@ def agent_detail(session: Session, agent: Agent, *, stale_seconds: float) -> Age
     return AgentDetail(
         **base.model_dump(),
         evidence=[
-            {"kind": e.kind, "source": e.source, "first_seen_at": e.first_seen_at,
-             "last_seen_at": e.last_seen_at}
+            {
+                "kind": e.kind,
+                "source": e.source,
+                "first_seen_at": e.first_seen_at,
+                "last_seen_at": e.last_seen_at,
+            }
             for e in evidence
         ],
         history=[
@@ -115,8 +129,16 @@ def install_token_state(token: InstallToken, now: datetime) -> str:
 def install_token_public(token: InstallToken, now: datetime | None = None) -> InstallTokenPublic:
     now = now or utcnow()
     return InstallTokenPublic(
-        id=token.id, name=token.name, prefix=token.prefix, environment_id=token.environment_id,
-        cluster_slug=token.cluster_slug, created_at=token.created_at, expires_at=token.expires_at,
-        max_uses=token.max_uses, uses=token.uses, revoked_at=token.revoked_at,
-        last_used_at=token.last_used_at, state=install_token_state(token, now),
+        id=token.id,
+        name=token.name,
+        prefix=token.prefix,
+        environment_id=token.environment_id,
+        cluster_slug=token.cluster_slug,
+        created_at=token.created_at,
+        expires_at=token.expires_at,
+        max_uses=token.max_uses,
+        uses=token.uses,
+        revoked_at=token.revoked_at,
+        last_used_at=token.last_used_at,
+        state=install_token_state(token, now),
     )

@@ -13,7 +13,8 @@ from tests.support.waiting import wait_for
 def _quiet(console, agent_id):
     wait_for(
         lambda: (console.agent(agent_id)["seconds_since_seen"] or 0) > QUIET_SECONDS + 0.2,
-        timeout=10, what="record to go quiet",
+        timeout=10,
+        what="record to go quiet",
     )
 
 
@@ -62,7 +63,9 @@ def test_the_same_name_under_another_agent_type_is_a_free_name(console):
 
 def test_a_quiet_record_is_rebound_by_a_matching_machine_id_keeping_id_and_history(console):
     token = console.install_token()
-    old = Identity(name="node-c", agent_type="k8s-node-monitor", machine_id="m-c", product_uuid="u-c")
+    old = Identity(
+        name="node-c", agent_type="k8s-node-monitor", machine_id="m-c", product_uuid="u-c"
+    )
     agent_id = old.enroll(console, token).json()["agent_id"]
     _quiet(console, agent_id)
     moved = Identity(name="node-c", agent_type="k8s-node-monitor", machine_id="m-c")
@@ -135,19 +138,55 @@ def test_bad_input_gets_a_4xx_with_a_reason_and_changes_nothing(console):
     url = f"{console.url}/api/v1/agents/enroll"
     ident = Identity(name="bad-1", machine_id="m")
     cases = [
-        (httpx.post(url, content=b"{not json", headers={"content-type": "application/json"}),
-         400, "malformed_json"),
-        (httpx.post(url, json={**ident.enroll_body(token), "agent_type": "toaster"}), 422, "invalid_request"),
+        (
+            httpx.post(url, content=b"{not json", headers={"content-type": "application/json"}),
+            400,
+            "malformed_json",
+        ),
+        (
+            httpx.post(url, json={**ident.enroll_body(token), "agent_type": "toaster"}),
+            422,
+            "invalid_request",
+        ),
         (httpx.post(url, json={**ident.enroll_body(token), "name": 12345}), 422, "invalid_request"),
-        (httpx.post(url, json={**ident.enroll_body(token), "name": "x" * 300}), 422, "invalid_request"),
-        (httpx.post(url, json={**ident.enroll_body(token), "unexpected": 1}), 422, "invalid_request"),
-        (httpx.post(url, content=b"{" + b" " * 70_000 + b"}",
-                    headers={"content-type": "application/json"}), 413, "request_too_large"),
-        (httpx.post(url, json={**ident.enroll_body(token), "signature": Identity(name="o").sign(b"x")}),
-         400, "bad_signature"),
-        (httpx.post(url, json={**ident.enroll_body(token), "signed_at": "2020-01-01T00:00:00+00:00"}),
-         400, "stale_signature"),
-        (httpx.post(url, json=ident.enroll_body("pxi_not-a-real-token")), 401, "invalid_install_token"),
+        (
+            httpx.post(url, json={**ident.enroll_body(token), "name": "x" * 300}),
+            422,
+            "invalid_request",
+        ),
+        (
+            httpx.post(url, json={**ident.enroll_body(token), "unexpected": 1}),
+            422,
+            "invalid_request",
+        ),
+        (
+            httpx.post(
+                url,
+                content=b"{" + b" " * 70_000 + b"}",
+                headers={"content-type": "application/json"},
+            ),
+            413,
+            "request_too_large",
+        ),
+        (
+            httpx.post(
+                url, json={**ident.enroll_body(token), "signature": Identity(name="o").sign(b"x")}
+            ),
+            400,
+            "bad_signature",
+        ),
+        (
+            httpx.post(
+                url, json={**ident.enroll_body(token), "signed_at": "2020-01-01T00:00:00+00:00"}
+            ),
+            400,
+            "stale_signature",
+        ),
+        (
+            httpx.post(url, json=ident.enroll_body("pxi_not-a-real-token")),
+            401,
+            "invalid_install_token",
+        ),
     ]
     for response, status, reason in cases:
         assert (response.status_code, response.json()["reason"]) == (status, reason), response.text
@@ -168,7 +207,8 @@ def test_expired_used_up_and_revoked_install_tokens_are_refused(console):
         expiring_id = next(t["id"] for t in tokens if t["state"] == "active")
         wait_for(
             lambda: any(t["state"] == "expired" for t in c.get("/api/v1/install-tokens").json()),
-            timeout=5, what="token to expire",
+            timeout=5,
+            what="token to expire",
         )
     r = Identity(name="t-3").enroll(console, expiring)
     assert r.json()["reason"] == "install_token_expired"
@@ -189,6 +229,6 @@ def test_install_tokens_are_shown_once_and_stored_hashed(console):
         listed = c.get("/api/v1/install-tokens").json()
     assert all("token" not in t for t in listed)
     assert listed[0]["prefix"] == raw[:10]
-    db = (console.data_dir / "console.db")
+    db = console.data_dir / "console.db"
     if db.exists():
         assert raw.encode() not in db.read_bytes()

@@ -67,9 +67,10 @@ class ConsoleProcess:
         from console.db import make_engine, migrate
         from console.settings import ConsoleSettings
 
-        url = self.env.get("PROXIMA_DATABASE_URL") or ConsoleSettings(
-            data_dir=self.data_dir
-        ).resolved_database_url()
+        url = (
+            self.env.get("PROXIMA_DATABASE_URL")
+            or ConsoleSettings(data_dir=self.data_dir).resolved_database_url()
+        )
         migrate(url)
         engine = make_engine(url)
         try:
@@ -86,14 +87,18 @@ class ConsoleProcess:
             self.token = self.bootstrap_info["token"]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "console", "serve"], env=self.env,
-                stdout=log, stderr=subprocess.STDOUT,
+                [sys.executable, "-m", "console", "serve"],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
+
         def up() -> bool:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise RuntimeError(f"console exited: {self.log_path.read_text()[-2000:]}")
             return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+
         wait_for(up, timeout=30, what="console /healthz")
         return self
 
@@ -109,7 +114,9 @@ class ConsoleProcess:
 
     def client(self, token: str | None = None) -> httpx.Client:
         return httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {token or self.token}"}, timeout=30
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token or self.token}"},
+            timeout=30,
         )
 
     def install_token(self, **body: Any) -> str:
@@ -120,7 +127,9 @@ class ConsoleProcess:
 
     def api_token(self, scopes: list[str], token: str | None = None) -> str:
         with self.client(token) as c:
-            r = c.post("/api/v1/api-tokens", json={"name": f"t-{uuid.uuid4().hex[:6]}", "scopes": scopes})
+            r = c.post(
+                "/api/v1/api-tokens", json={"name": f"t-{uuid.uuid4().hex[:6]}", "scopes": scopes}
+            )
             r.raise_for_status()
             return str(r.json()["token"])
 
@@ -144,7 +153,9 @@ class Identity:
     agent_type: str = "host"
     machine_id: str | None = None
     product_uuid: str | None = None
-    seed: bytes = field(default_factory=lambda: nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER))
+    seed: bytes = field(
+        default_factory=lambda: nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+    )
     instance_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @property
@@ -158,7 +169,9 @@ class Identity:
     def sign(self, message: bytes) -> str:
         return b64(self.keypair.sign(message))
 
-    def enroll_body(self, install_token: str, version: str = "0.8.0", **over: Any) -> dict[str, Any]:
+    def enroll_body(
+        self, install_token: str, version: str = "0.8.0", **over: Any
+    ) -> dict[str, Any]:
         signed_at = datetime.now(UTC)
         body = {
             "install_token": install_token,
@@ -166,8 +179,12 @@ class Identity:
             "name": self.name,
             "public_key": self.public_key,
             "signature": self.sign(
-                enrollment_message(agent_type=self.agent_type, name=self.name,
-                                   public_key=self.public_key, signed_at=signed_at)
+                enrollment_message(
+                    agent_type=self.agent_type,
+                    name=self.name,
+                    public_key=self.public_key,
+                    signed_at=signed_at,
+                )
             ),
             "signed_at": signed_at.isoformat(),
             "signals": {"machine_id": self.machine_id, "product_uuid": self.product_uuid},
@@ -178,5 +195,8 @@ class Identity:
         return body
 
     def enroll(self, console: ConsoleProcess, install_token: str, **over: Any) -> httpx.Response:
-        return httpx.post(f"{console.url}/api/v1/agents/enroll",
-                          json=self.enroll_body(install_token, **over), timeout=30)
+        return httpx.post(
+            f"{console.url}/api/v1/agents/enroll",
+            json=self.enroll_body(install_token, **over),
+            timeout=30,
+        )

@@ -47,12 +47,27 @@ class ThrowawayPostgres:
     def start(self) -> None:
         if self.as_root:
             shutil.chown(self.root, "postgres", "postgres")
-        self._run(str(self.bindir / "initdb"), "-D", str(self.datadir), "-U", "postgres",
-                  "--auth=trust", "-E", "UTF8", "--no-sync")
         self._run(
-            str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-l", str(self.root / "log"),
-            "-o", f"-h 127.0.0.1 -p {self.port} -k {self.root} -c fsync=off -c max_connections=200",
-            "-w", "start",
+            str(self.bindir / "initdb"),
+            "-D",
+            str(self.datadir),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        )
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.datadir),
+            "-l",
+            str(self.root / "log"),
+            "-o",
+            f"-h 127.0.0.1 -p {self.port} -k {self.root} -c fsync=off -c max_connections=200",
+            "-w",
+            "start",
         )
 
     def url(self, dbname: str) -> str:
@@ -63,13 +78,16 @@ class ThrowawayPostgres:
 
         self._dbs += 1
         name = f"proxima_{self._dbs}_{int(time.time() * 1000) % 100000}"
-        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres",
-                             autocommit=True) as conn:
+        with psycopg.connect(
+            f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
+        ) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
     def stop(self) -> None:
         try:
-            self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "immediate", "stop")
+            self._run(
+                str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "immediate", "stop"
+            )
         finally:
             shutil.rmtree(self.root, ignore_errors=True)

@@ -35,7 +35,11 @@ def wait_for(
 
 
 async def await_for(
-    condition: Callable[[], Awaitable[T]], *, timeout: float = 15.0, interval: float = 0.05, what: str = ""
+    condition: Callable[[], Awaitable[T]],
+    *,
+    timeout: float = 15.0,
+    interval: float = 0.05,
+    what: str = "",
 ) -> T:
     deadline = time.monotonic() + timeout
     last_exc: Exception | None = None

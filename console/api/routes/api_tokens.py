@@ -19,22 +19,35 @@ _ERRORS: dict[int | str, dict[str, object]] = {401: {"model": ErrorBody}, 403: {
 
 def api_token_public(t: ApiToken) -> ApiTokenPublic:
     return ApiTokenPublic(
-        id=t.id, name=t.name, prefix=t.prefix, client_id=t.client_id,
-        environment_id=t.environment_id, scopes=list(t.scopes), created_at=t.created_at,
-        expires_at=t.expires_at, revoked_at=t.revoked_at, last_used_at=t.last_used_at,
+        id=t.id,
+        name=t.name,
+        prefix=t.prefix,
+        client_id=t.client_id,
+        environment_id=t.environment_id,
+        scopes=list(t.scopes),
+        created_at=t.created_at,
+        expires_at=t.expires_at,
+        revoked_at=t.revoked_at,
+        last_used_at=t.last_used_at,
     )
 
 
 @router.get("/whoami", response_model=Whoami, responses=_ERRORS)
 def whoami(principal: PrincipalDep) -> Whoami:
     return Whoami(
-        token_id=principal.token_id, client_id=principal.client_id,
-        environment_id=principal.environment_id, scopes=sorted(principal.scopes),
+        token_id=principal.token_id,
+        client_id=principal.client_id,
+        environment_id=principal.environment_id,
+        scopes=sorted(principal.scopes),
     )
 
 
-@router.post("/api-tokens", status_code=status.HTTP_201_CREATED, response_model=ApiTokenCreated,
-             responses=_ERRORS)
+@router.post(
+    "/api-tokens",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ApiTokenCreated,
+    responses=_ERRORS,
+)
 def create(body: ApiTokenCreate, session: SessionDep, principal: PrincipalDep) -> ApiTokenCreated:
     """A new token for the same client and environment, with at most the caller's scopes."""
     principal.require(Scope.TOKENS_WRITE)
@@ -42,15 +55,22 @@ def create(body: ApiTokenCreate, session: SessionDep, principal: PrincipalDep) -
     if not wanted <= principal.scopes:
         raise ForbiddenError(
             "scope_escalation",
-            "cannot grant scopes this token does not hold: " + ", ".join(sorted(wanted - principal.scopes)),
+            "cannot grant scopes this token does not hold: "
+            + ", ".join(sorted(wanted - principal.scopes)),
         )
     raw = new_token(API_TOKEN_PREFIX)
     now = utcnow()
     token = ApiToken(
-        client_id=principal.client_id, environment_id=principal.environment_id, name=body.name,
-        token_hash=token_hash(raw), prefix=display_prefix(raw), scopes=sorted(wanted),
+        client_id=principal.client_id,
+        environment_id=principal.environment_id,
+        name=body.name,
+        token_hash=token_hash(raw),
+        prefix=display_prefix(raw),
+        scopes=sorted(wanted),
         created_at=now,
-        expires_at=now + timedelta(seconds=body.expires_in_seconds) if body.expires_in_seconds else None,
+        expires_at=now + timedelta(seconds=body.expires_in_seconds)
+        if body.expires_in_seconds
+        else None,
     )
     session.add(token)
     session.commit()
@@ -62,10 +82,12 @@ def list_tokens(session: SessionDep, principal: PrincipalDep) -> list[ApiTokenPu
     if Scope.TOKENS_READ not in principal.scopes:
         principal.require(Scope.TOKENS_WRITE)
     rows = session.exec(
-        select(ApiToken).where(
+        select(ApiToken)
+        .where(
             ApiToken.client_id == principal.client_id,
             ApiToken.environment_id == principal.environment_id,
-        ).order_by(col(ApiToken.created_at))
+        )
+        .order_by(col(ApiToken.created_at))
     ).all()
     return [api_token_public(t) for t in rows]
 
@@ -75,7 +97,9 @@ def revoke(token_id: str, session: SessionDep, principal: PrincipalDep) -> ApiTo
     token = session.get(ApiToken, token_id)
     if token is None:
         raise NotFoundError("api_token_not_found", f"API token {token_id} not found")
-    principal.require_on(Scope.TOKENS_WRITE, client_id=token.client_id, environment_id=token.environment_id)
+    principal.require_on(
+        Scope.TOKENS_WRITE, client_id=token.client_id, environment_id=token.environment_id
+    )
     if token.revoked_at is None:
         token.revoked_at = utcnow()
         session.add(token)

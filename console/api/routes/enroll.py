@@ -2,12 +2,25 @@
 
 from fastapi import APIRouter, Response, status
 from fastapi.concurrency import run_in_threadpool
+from prometheus_client import Histogram
 from sqlmodel import Session
 
 from console.api.deps import RuntimeDep
 from console.enrollment import EnrollmentConflictError, EnrollOutcome, enroll
 from console.identities import complete_rotation
+from contracts.agent_types import AgentType
 from contracts.enrollment import EnrollRequest, EnrollResponse, ErrorBody, RotationProof
+
+ENROLL_DB_SECONDS = Histogram(
+    "proxima_enroll_db_seconds",
+    "Enrollment: the database transaction",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
+)
+ENROLL_APPLY_SECONDS = Histogram(
+    "proxima_enroll_nats_apply_seconds",
+    "Enrollment: waiting for NATS to enforce the new key",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
+)
 
 router = APIRouter(prefix="/api/v1/agents", tags=["agents"])
 
@@ -25,11 +38,13 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     status_code=status.HTTP_201_CREATED,
     responses={200: {"model": EnrollResponse, "description": "re-bound or repeated"}, **_ERRORS},
 )
-async def enroll_agent(req: EnrollRequest, runtime: RuntimeDep, response: Response) -> EnrollResponse:
+async def enroll_agent(
+    req: EnrollRequest, runtime: RuntimeDep, response: Response
+) -> EnrollResponse:
     settings = runtime.settings
 
     def work() -> EnrollOutcome:
-        with Session(runtime.engine, expire_on_commit=False) as session:
+        with runtime.writer(), Session(runtime.engine, expire_on_commit=False) as session:
             try:
                 outcome = enroll(
                     session,
@@ -43,14 +58,16 @@ async def enroll_agent(req: EnrollRequest, runtime: RuntimeDep, response: Respon
             session.commit()
             return outcome
 
-    outcome = await run_in_threadpool(work)
-    await runtime.apply_identities()
+    with ENROLL_DB_SECONDS.time():
+        outcome = await run_in_threadpool(work)
+    with ENROLL_APPLY_SECONDS.time():
+        await runtime.apply_identities()
     if not outcome.created:
         response.status_code = status.HTTP_200_OK
     agent = outcome.agent
     return EnrollResponse(
         agent_id=agent.id,
-        agent_type=agent.agent_type,
+        agent_type=AgentType(agent.agent_type),
         name=agent.name,
         client_id=agent.client_id,
         environment_id=agent.environment_id,

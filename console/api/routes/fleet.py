@@ -1,7 +1,8 @@
 """The fleet: list and inspect agents; release, rotate and revoke identities."""
 
 import asyncio
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
@@ -13,6 +14,7 @@ from console.clock import utcnow
 from console.errors import GatewayTimeoutError, NotFoundError
 from console.identities import release_identity, revoke, start_rotation
 from console.models import Agent, AgentEvidence, CredentialRotation
+from console.runtime import ConsoleRuntime
 from console.schemas import (
     AgentDetail,
     AgentFlag,
@@ -27,10 +29,14 @@ from contracts.agent_types import AgentType
 from contracts.enrollment import ErrorBody
 from contracts.messages import CommandKind
 
+T = TypeVar("T")
+
 router = APIRouter(prefix="/api/v1/fleet/agents", tags=["fleet"])
 
 _ERRORS: dict[int | str, dict[str, object]] = {
-    401: {"model": ErrorBody}, 403: {"model": ErrorBody}, 404: {"model": ErrorBody},
+    401: {"model": ErrorBody},
+    403: {"model": ErrorBody},
+    404: {"model": ErrorBody},
     409: {"model": ErrorBody},
 }
 
@@ -70,13 +76,17 @@ def list_agents(
     if name:
         query = query.where(col(Agent.name).contains(name))
     agents = session.exec(query.order_by(col(Agent.agent_type), col(Agent.name))).all()
-    evidence_ids = set(
-        session.exec(
-            select(AgentEvidence.agent_id).where(
-                col(AgentEvidence.agent_id).in_([a.id for a in agents])
-            )
-        ).all()
-    ) if agents else set()
+    evidence_ids = (
+        set(
+            session.exec(
+                select(AgentEvidence.agent_id).where(
+                    col(AgentEvidence.agent_id).in_([a.id for a in agents])
+                )
+            ).all()
+        )
+        if agents
+        else set()
+    )
     views = [
         agent_public(a, stale_seconds=stale, now=now, has_evidence=a.id in evidence_ids)
         for a in agents
@@ -101,7 +111,7 @@ def get_agent(
     return agent_detail(session, agent, stale_seconds=runtime.settings.agent_stale_seconds)
 
 
-async def _write_then_apply(runtime, work):  # type: ignore[no-untyped-def]
+async def _write_then_apply(runtime: ConsoleRuntime, work: Callable[[], T]) -> T:
     result = await run_in_threadpool(work)
     await runtime.apply_identities()
     return result
@@ -117,7 +127,9 @@ async def release(agent_id: str, principal: PrincipalDep, runtime: RuntimeDep) -
         with Session(runtime.engine, expire_on_commit=False) as session:
             agent = _load(session, agent_id, principal, Scope.AGENTS_WRITE)
             release_identity(
-                session, agent=agent, quiet_seconds=runtime.settings.identity_quiet_seconds,
+                session,
+                agent=agent,
+                quiet_seconds=runtime.settings.identity_quiet_seconds,
                 actor=f"api token {principal.name!r}",
             )
             session.commit()
@@ -157,7 +169,9 @@ async def rotate_credentials(
         with Session(runtime.engine, expire_on_commit=False) as session:
             agent = _load(session, agent_id, principal, Scope.AGENTS_WRITE)
             rotation = start_rotation(
-                session, agent=agent, stale_seconds=settings.agent_stale_seconds,
+                session,
+                agent=agent,
+                stale_seconds=settings.agent_stale_seconds,
                 timeout_seconds=settings.rotation_timeout_seconds,
             )
             session.commit()
@@ -192,6 +206,7 @@ async def rotate_credentials(
         runtime.rotation_waiters.pop(nonce, None)
     raise GatewayTimeoutError(
         "rotation_timed_out",
-        f"agent {agent_id} did not present a new key within {settings.rotation_timeout_seconds:g} s",
+        f"agent {agent_id} did not present a new key within "
+        f"{settings.rotation_timeout_seconds:g} s",
         agent_id=agent_id,
     )

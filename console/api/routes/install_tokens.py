@@ -31,7 +31,9 @@ def create_install_token(
         prefix=display_prefix(raw),
         cluster_slug=body.cluster_slug,
         created_at=now,
-        expires_at=now + timedelta(seconds=body.expires_in_seconds) if body.expires_in_seconds else None,
+        expires_at=now + timedelta(seconds=body.expires_in_seconds)
+        if body.expires_in_seconds
+        else None,
         max_uses=body.max_uses,
     )
     session.add(token)
@@ -39,8 +41,12 @@ def create_install_token(
     return InstallTokenCreated(**install_token_public(token).model_dump(), token=raw)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=InstallTokenCreated, responses=_ERRORS)
-def create(body: InstallTokenCreate, session: SessionDep, principal: PrincipalDep) -> InstallTokenCreated:
+@router.post(
+    "", status_code=status.HTTP_201_CREATED, response_model=InstallTokenCreated, responses=_ERRORS
+)
+def create(
+    body: InstallTokenCreate, session: SessionDep, principal: PrincipalDep
+) -> InstallTokenCreated:
     """The token is in this answer only: store it now."""
     principal.require(Scope.TOKENS_WRITE)
     return create_install_token(

@@ -1,0 +1,103 @@
+"""Enrollments per second and latency percentiles against a real Console on SQLite.
+
+    .venv/bin/python -m bench.enrollment [--agents 1000] [--concurrency 16]
+
+Goal (issue 2): >= 200 enrollments/s, p99 <= 100 ms. Every enrollment is a real one: signature
+check, token check, a new record with evidence, and the NATS authorization reload that makes
+its key usable before the answer returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.support.console import ConsoleProcess, Identity
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+async def run(console: ConsoleProcess, agents: int, concurrency: int) -> dict[str, float]:
+    token = console.install_token()
+    idents = [Identity(name=f"bench-{i:05d}", machine_id=f"m-{i}") for i in range(agents)]
+    bodies = [i.enroll_body(token) for i in idents]
+    latencies: list[float] = []
+    queue: asyncio.Queue[dict[str, object]] = asyncio.Queue()
+    for b in bodies:
+        queue.put_nowait(b)
+
+    async with httpx.AsyncClient(base_url=console.url, timeout=60) as client:
+
+        async def worker() -> None:
+            while True:
+                try:
+                    body = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                t0 = time.perf_counter()
+                r = await client.post("/api/v1/agents/enroll", json=body)
+                latencies.append(time.perf_counter() - t0)
+                if r.status_code != 201:
+                    raise RuntimeError(f"enrollment failed: {r.status_code} {r.text}")
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    return {
+        "agents": agents,
+        "concurrency": concurrency,
+        "seconds": elapsed,
+        "per_second": agents / elapsed,
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": pct(latencies, 99) * 1000,
+        "max_ms": max(latencies) * 1000,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        console = ConsoleProcess(Path(tmp) / "console").start()
+        try:
+            result = asyncio.run(run(console, args.agents, args.concurrency))
+            metrics = httpx.get(f"{console.url}/metrics").text
+        finally:
+            console.stop()
+    print(
+        f"enrollments: {result['agents']:.0f} in {result['seconds']:.2f} s = "
+        f"{result['per_second']:.0f}/s (goal >= 200/s); latency p50 {result['p50_ms']:.1f} ms, "
+        f"p99 {result['p99_ms']:.1f} ms (goal <= 100 ms), max {result['max_ms']:.1f} ms; "
+        f"concurrency {result['concurrency']:.0f}, SQLite"
+    )
+    for name in (
+        "proxima_enroll_db_seconds",
+        "proxima_enroll_nats_apply_seconds",
+        "proxima_nats_reload_seconds",
+    ):
+        total = _metric(metrics, f"{name}_sum")
+        count = _metric(metrics, f"{name}_count")
+        if count:
+            print(f"  {name}: {count:.0f} observations, mean {total / count * 1000:.1f} ms")
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Set up a fresh machine (only Python 3.11+ and pip needed) and run the project's jobs.
+
+    python3 scripts/dev.py demo    # set up, then run a local fleet (the main job)
+    python3 scripts/dev.py test    # set up, then lint, type-check and run the whole test suite
+
+Stdlib only: this runs before anything is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+BIN = VENV / "bin"
+PY = BIN / "python"
+STAMP = VENV / ".proxima-installed"
+
+
+def say(msg: str) -> None:
+    print(f"==> {msg}", flush=True)
+
+
+def run(*cmd: str | Path, env: dict[str, str] | None = None, check: bool = True) -> int:
+    proc = subprocess.run([str(c) for c in cmd], cwd=ROOT, env=env)
+    if check and proc.returncode != 0:
+        print(
+            f"dev.py: {' '.join(str(c) for c in cmd)} failed with exit code {proc.returncode}",
+            file=sys.stderr,
+        )
+        sys.exit(proc.returncode or 1)
+    return proc.returncode
+
+
+def setup() -> None:
+    if sys.version_info < (3, 11):
+        sys.exit("dev.py: Python 3.11 or newer is needed")
+    if not PY.exists():
+        say(f"creating virtual environment in {VENV.relative_to(ROOT)}")
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == digest:
+        return
+    say("installing the project with its pinned dependencies (first run takes a minute)")
+    run(PY, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    run(PY, "-m", "pip", "install", "--quiet", "-e", ".[dev]")
+    STAMP.write_text(digest)
+
+
+def apt_install(*packages: str) -> None:
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        print(
+            f"dev.py: install the Debian packages {' '.join(packages)} (needs root)",
+            file=sys.stderr,
+        )
+        return
+    say(f"installing Debian packages: {' '.join(packages)}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    if run("apt-get", "install", "-y", "-qq", *packages, env=env, check=False) != 0:
+        run("apt-get", "update", "-qq", env=env)
+        run("apt-get", "install", "-y", "-qq", *packages, env=env)
+
+
+def ensure_postgres() -> bool:
+    if not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")):
+        apt_install("postgresql")
+    return bool(list(Path("/usr/lib/postgresql").glob("*/bin/initdb")))
+
+
+def test(pytest_args: list[str]) -> int:
+    setup()
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    if ensure_postgres():
+        env["PROXIMA_REQUIRE_POSTGRES"] = "1"
+    else:
+        say("PostgreSQL is not available: the postgres lane will be skipped")
+    say("ruff")
+    run(BIN / "ruff", "check", ".")
+    run(BIN / "ruff", "format", "--check", ".")
+    say("mypy (strict on contracts/ and rollout_policy/)")
+    run(BIN / "mypy", "contracts", "rollout_policy", "console", "agent")
+    say("import-linter (layer rules from DESIGN.md)")
+    run(BIN / "lint-imports")
+    say("pytest")
+    code = run(BIN / "pytest", *pytest_args, env=env, check=False)
+    if code != 0:
+        print(f"dev.py: tests failed (pytest exit code {code})", file=sys.stderr)
+    return code
+
+
+def demo(args: list[str]) -> int:
+    setup()
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    return run(BIN / "proxima-fleet", "demo", *args, env=env, check=False)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("job", choices=["setup", "test", "demo"])
+    parser.add_argument("rest", nargs=argparse.REMAINDER, help="passed to pytest / the demo")
+    ns = parser.parse_args()
+    if ns.job == "setup":
+        setup()
+        sys.exit(0)
+    sys.exit(test(ns.rest) if ns.job == "test" else demo(ns.rest))
+
+
+if __name__ == "__main__":
+    main()
