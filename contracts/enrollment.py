@@ -47,9 +47,10 @@ class EnrollRequest(BaseModel):
     version: Version
     instance_id: Annotated[str, StringConstraints(min_length=1, max_length=64)]
     can_self_update: bool = True
-    labels: dict[Annotated[str, StringConstraints(max_length=63)], Annotated[str, StringConstraints(max_length=63)]] = Field(
-        default_factory=dict, max_length=32
-    )
+    labels: dict[
+        Annotated[str, StringConstraints(max_length=63)],
+        Annotated[str, StringConstraints(max_length=63)],
+    ] = Field(default_factory=dict, max_length=32)
 
 
 def enrollment_message(
