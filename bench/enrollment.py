@@ -23,7 +23,7 @@ from tests.support.console import ConsoleProcess, Identity
 
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 async def run(console: ConsoleProcess, agents: int, concurrency: int) -> dict[str, float]:

@@ -138,7 +138,8 @@ def main() -> None:
         finally:
             console.stop()
     print(
-        f"heartbeats: {r['ingested']:.0f} of {r['sent']:.0f} ingested from {r['agents']:.0f} agents "
+        f"heartbeats: {r['ingested']:.0f} of {r['sent']:.0f} ingested "
+        f"from {r['agents']:.0f} agents "
         f"= {r['per_second']:.0f}/s (offered {r['offered_per_second']:.0f}/s; goal >= 3000/s); "
         f"lag mean {r['mean_lag'] * 1000:.0f} ms, p99 <= {r['p99_lag_le'] * 1000:.0f} ms "
         f"(histogram bucket; goal <= 500 ms); {r['flushes']:.0f} batch writes, SQLite"

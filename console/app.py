@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from console.api.routes import api_tokens, enroll, fleet, install_tokens
+from console.api.routes import api_tokens, artifacts, enroll, fleet, install_tokens, rollouts
 from console.errors import ConsoleError
 from console.runtime import ConsoleRuntime
 from console.settings import ConsoleSettings
@@ -23,17 +23,22 @@ from contracts import VERSION
 class BodyLimit:
     """Refuse bodies over ``limit`` bytes with 413, whether or not Content-Length is sent."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, large: dict[str, int] | None = None) -> None:
         self.app = app
-        self.limit = limit
+        self.default_limit = limit
+        self.large = large or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = next(
+            (v for prefix, v in self.large.items() if scope["path"].startswith(prefix)),
+            self.default_limit,
+        )
         for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
-                await _too_large(self.limit)(scope, receive, send)
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                await _too_large(limit)(scope, receive, send)
                 return
         seen = 0
 
@@ -42,14 +47,14 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
+                if seen > limit:
                     raise _BodyTooLarge
             return message
 
         try:
             await self.app(scope, limited, send)
         except _BodyTooLarge:
-            await _too_large(self.limit)(scope, receive, send)
+            await _too_large(limit)(scope, receive, send)
 
 
 class _BodyTooLarge(Exception):
@@ -118,7 +123,11 @@ def create_app(settings: ConsoleSettings, runtime: ConsoleRuntime | None = None)
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    for module in (enroll, fleet, install_tokens, api_tokens):
+    for module in (enroll, fleet, install_tokens, api_tokens, rollouts, artifacts):
         app.include_router(module.router)
-    app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
+    app.add_middleware(
+        BodyLimit,
+        limit=settings.max_request_bytes,
+        large={"/api/v1/artifacts": settings.artifact_max_bytes},
+    )
     return app

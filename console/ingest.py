@@ -29,8 +29,9 @@ from sqlmodel import Session
 
 from console.clock import utcnow
 from console.models import Agent, AgentEvent
+from console.rollouts import record_results
 from contracts import subjects
-from contracts.messages import Heartbeat, HostMetrics
+from contracts.messages import CommandResult, Heartbeat, HostMetrics
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ HEARTBEAT_LAG = Histogram(
     "From an agent sending a heartbeat to the Console committing it",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10),
 )
+RESULTS = Counter("proxima_command_results_total", "Command results recorded")
 FLUSH_SECONDS = Histogram("proxima_heartbeat_flush_seconds", "Time to write one batch")
 REJECTED = Counter("proxima_messages_rejected_total", "Agent messages that did not parse", ["kind"])
 
@@ -118,6 +120,7 @@ class Ingester:
         self._clock = clock
         self._heartbeats: list[tuple[str, Heartbeat]] = []
         self._metrics: dict[str, HostMetrics] = {}
+        self._results: list[tuple[str, CommandResult]] = []
         self._full = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.tracker = InstanceTracker()
@@ -134,6 +137,15 @@ class Ingester:
         self._heartbeats.append((agent_id, hb))
         if len(self._heartbeats) >= self._batch_max:
             self._full.set()
+
+    async def on_result(self, msg: Any) -> None:
+        try:
+            agent_id = subjects.agent_id_of(msg.subject)
+            self._results.append((agent_id, CommandResult.model_validate_json(msg.data)))
+        except (ValueError, ValidationError):
+            REJECTED.labels("result").inc()
+            return
+        self._full.set()  # results decide stalls: write them without waiting for the timer
 
     async def on_metrics(self, msg: Any) -> None:
         try:
@@ -172,6 +184,9 @@ class Ingester:
     async def flush(self) -> None:
         batch, self._heartbeats = self._heartbeats, []
         metrics, self._metrics = self._metrics, {}
+        results, self._results = self._results, []
+        if results:
+            await asyncio.to_thread(self._write_results, results)
         if not batch and not metrics:
             return
         latest: dict[str, Heartbeat] = {}
@@ -193,6 +208,14 @@ class Ingester:
             HEARTBEAT_LAG.observe(max(0.0, (committed - sent).total_seconds()))
         HEARTBEATS.inc(len(batch))
         self.flushed += len(batch)
+
+    def _write_results(self, results: list[tuple[str, CommandResult]]) -> None:
+        with self._writer(), Session(self._engine) as session:
+            halted = record_results(session, results)
+            session.commit()
+        RESULTS.inc(len(results))
+        for rollout_id in halted:
+            log.warning("rollout %s halted by its failure criteria", rollout_id)
 
     def _write(
         self,

@@ -150,3 +150,83 @@ class CredentialRotation(SQLModel, table=True):
     expires_at: datetime
     completed_at: datetime | None = None
     new_public_key: str | None = Field(default=None, max_length=64)
+
+
+class Artifact(SQLModel, table=True):
+    """A signed build of the agent program, hosted by the Console or referenced by URL."""
+
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=32)
+    client_id: str = Field(foreign_key="client.id", index=True, max_length=32)
+    environment_id: str = Field(foreign_key="environment.id", index=True, max_length=32)
+    version: str = Field(max_length=64)
+    url: str = Field(max_length=2048)
+    sha256: str = Field(max_length=64)
+    signature: str = Field(max_length=256)
+    size_bytes: int | None = None
+    hosted: bool = False
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Rollout(SQLModel, table=True):
+    """A version rolled across a selection of agents in waves, with failure criteria.
+
+    The wave plan and the exclusions are decided once, when the rollout is created, and kept:
+    a re-run after a crash follows the same plan, whatever agents came or went since.
+    """
+
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=32)
+    client_id: str = Field(foreign_key="client.id", index=True, max_length=32)
+    environment_id: str = Field(foreign_key="environment.id", index=True, max_length=32)
+    name: str = Field(max_length=128)
+    target_version: str = Field(max_length=64)
+    artifact: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    selector: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    wave_spec: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    criteria: list[dict[str, Any]] = Field(
+        default_factory=list, sa_column=Column(JSON, nullable=False)
+    )
+    waves: list[dict[str, Any]] = Field(
+        default_factory=list, sa_column=Column(JSON, nullable=False)
+    )
+    exclusions: list[dict[str, Any]] = Field(
+        default_factory=list, sa_column=Column(JSON, nullable=False)
+    )
+    wave_timeout_seconds: float = 300.0
+    seed: str = Field(max_length=64)
+    state: str = Field(default="pending", max_length=16, index=True)
+    state_reason: str | None = Field(default=None, max_length=1024)
+    threshold: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    baseline: dict[str, int] = Field(
+        default_factory=dict,
+        sa_column=Column(JSON, nullable=False),
+        description="result counts when last resumed: only later results are judged",
+    )
+    flow_run_id: str | None = Field(default=None, max_length=64)
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    stalled_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class RolloutTarget(SQLModel, table=True):
+    """One agent in a rollout. At most one command is ever sent per (rollout, agent)."""
+
+    __tablename__ = "rollout_target"
+    __table_args__ = (
+        UniqueConstraint("rollout_id", "agent_id", name="uq_rollout_target_agent"),
+        Index("ix_rollout_target_rollout_wave", "rollout_id", "wave"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    rollout_id: str = Field(foreign_key="rollout.id", max_length=32)
+    agent_id: str = Field(foreign_key="agent.id", index=True, max_length=32)
+    agent_name: str = Field(max_length=253)
+    wave: int
+    status: str = Field(default="pending", max_length=16)
+    command_id: str | None = Field(default=None, max_length=32, unique=True)
+    old_version: str | None = Field(default=None, max_length=64)
+    new_version: str | None = Field(default=None, max_length=64)
+    error: str | None = Field(default=None, max_length=2048)
+    dispatched_at: datetime | None = None
+    deadline_at: datetime | None = None
+    finished_at: datetime | None = None

@@ -23,6 +23,7 @@ from console.ingest import Ingester
 from console.models import Agent
 from console.nats_authorization import AgentUser, NatsAuthorizer
 from console.nats_server import EmbeddedNats, MonitoredReloader
+from console.rollouts import expire_overdue
 from console.settings import ConsoleSettings
 from contracts import subjects
 from contracts.messages import Command, CommandKind
@@ -66,6 +67,7 @@ class ConsoleRuntime:
         # handler (which sleeps in coarse steps) keeps enrollment latency flat under load.
         self._write_lock = threading.Lock() if self.database_url.startswith("sqlite") else None
         self.rotation_waiters: dict[str, asyncio.Event] = {}
+        self._sweeper: asyncio.Task[None] | None = None
 
     def writer(self) -> AbstractContextManager[object]:
         """Hold while writing on hot paths (enrollment, heartbeat batches)."""
@@ -140,10 +142,14 @@ class ConsoleRuntime:
         )
         await self.nc.subscribe(subjects.ALL_HEARTBEATS, cb=self.ingester.on_heartbeat)
         await self.nc.subscribe(subjects.ALL_METRICS, cb=self.ingester.on_metrics)
+        await self.nc.subscribe(subjects.ALL_RESULTS, cb=self.ingester.on_result)
         self.ingester.start()
+        self._sweeper = asyncio.create_task(self._sweep(), name="rollout-sweeper")
         log.info("console nats connected to %s", self.nats_url)
 
     async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         await self.ingester.stop()
         if self.nc is not None:
             try:
@@ -162,6 +168,31 @@ class ConsoleRuntime:
         """Return once NATS enforces the identities the database now holds."""
         assert self.authorizer is not None
         await self.authorizer.apply()
+
+    async def send_commands(
+        self, sends: list[tuple[str, str]], kind: CommandKind, args: dict[str, object]
+    ) -> None:
+        """Publish one command per (agent_id, command_id), then flush once."""
+        assert self.nc is not None
+        issued = utcnow()
+        for agent_id, command_id in sends:
+            command = Command(command_id=command_id, kind=kind, issued_at=issued, args=args)
+            await self.nc.publish(subjects.commands(agent_id), command.model_dump_json().encode())
+        await self.nc.flush()
+
+    async def _sweep(self) -> None:
+        """Expire dispatched rollout targets past their wave timeout."""
+        while True:
+            await asyncio.sleep(self.settings.rollout_sweep_seconds)
+            try:
+                await asyncio.to_thread(self._expire_once)
+            except Exception:
+                log.exception("rollout timeout sweep failed; retrying")
+
+    def _expire_once(self) -> None:
+        with self.writer(), Session(self.engine) as session:
+            expire_overdue(session)
+            session.commit()
 
     async def send_command(self, agent_id: str, kind: CommandKind, args: dict[str, object]) -> str:
         assert self.nc is not None

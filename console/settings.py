@@ -81,6 +81,22 @@ class ConsoleSettings(BaseSettings):
         "PROXIMA_K8S_SYNC_INTERVAL).",
     )
     max_request_bytes: int = Field(default=64 * 1024, description="Largest accepted JSON body.")
+    prefect_api_url: str | None = Field(
+        default=None,
+        description="Prefect API (e.g. http://127.0.0.1:4200/api). Set, the Console starts the "
+        "rollout deployment for each new rollout and resumes its paused flow run on "
+        "resume/abort.",
+    )
+    rollout_deployment: str = Field(
+        default="fleet-rollout/fleet-rollout",
+        description="The Prefect deployment (flow-name/deployment-name) that runs rollouts.",
+    )
+    artifact_max_bytes: int = Field(
+        default=256 * 1024 * 1024, description="Largest agent build accepted for hosting."
+    )
+    rollout_sweep_seconds: float = Field(
+        default=0.5, description="How often dispatched targets past the wave timeout are expired."
+    )
     log_level: str = Field(default="info")
     log_format: str = Field(default="plain", description="plain or json")
 

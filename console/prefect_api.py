@@ -1,0 +1,48 @@
+"""Starting and resuming Prefect flow runs over Prefect's REST API (no prefect import here:
+the Console stays a plain web service; the flows own Prefect)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+
+class PrefectApiError(RuntimeError):
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class PrefectApi:
+    def __init__(self, api_url: str, *, timeout: float = 10.0) -> None:
+        self.api_url = api_url.rstrip("/")
+        self._timeout = timeout
+
+    async def start_deployment(self, name: str, parameters: dict[str, Any]) -> str:
+        """Create a flow run of deployment ``flow-name/deployment-name``; returns its id."""
+        async with httpx.AsyncClient(base_url=self.api_url, timeout=self._timeout) as client:
+            r = await client.get(f"/deployments/name/{name}")
+            if r.status_code == 404:
+                raise PrefectApiError(
+                    f"Prefect deployment {name!r} not found: run `prefect deploy --all`", status=404
+                )
+            r.raise_for_status()
+            deployment_id = r.json()["id"]
+            r = await client.post(
+                f"/deployments/{deployment_id}/create_flow_run", json={"parameters": parameters}
+            )
+            r.raise_for_status()
+            return str(r.json()["id"])
+
+    async def resume(self, flow_run_id: str, run_input: dict[str, Any]) -> bool:
+        """Resume a paused flow run with typed input; False when it was not paused."""
+        async with httpx.AsyncClient(base_url=self.api_url, timeout=self._timeout) as client:
+            r = await client.post(f"/flow_runs/{flow_run_id}/resume", json={"run_input": run_input})
+            if r.status_code >= 400:
+                log.info("prefect resume of %s answered %s: %s", flow_run_id, r.status_code, r.text)
+                return False
+            return bool(r.json().get("status") == "ACCEPT")

@@ -1,0 +1,182 @@
+"""Rollouts over the Console API: what the operator and the flow send and read back.
+
+The decisions themselves (eligibility, waves, thresholds, states) live in ``rollout_policy``;
+these are only the wire shapes, shared by the Console's routes and the flows' typed client.
+"""
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from contracts.agent_types import AgentType
+
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+
+
+class ArtifactRef(BaseModel):
+    """A signed build of the agent program. ``signature`` is base64url ed25519 over the file's
+    SHA-256 digest (32 raw bytes), made with the fleet's signing key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    url: Annotated[str, StringConstraints(min_length=1, max_length=2048)]
+    sha256: Sha256
+    signature: Annotated[str, StringConstraints(min_length=16, max_length=256)]
+
+
+class SelectorSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    agent_types: list[AgentType] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    version_range: str = Field(default="", description='e.g. ">=0.7.0,<0.9.0"; empty = any')
+    agent_ids: list[str] = Field(default_factory=list)
+
+
+class WaveSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    canary_size: Annotated[int, Field(ge=1, le=10_000)] = 1
+    percentages: list[Annotated[float, Field(gt=0, le=100)]] | None = Field(
+        default_factory=lambda: [1.0, 10.0, 50.0, 100.0],
+        description="cumulative percent of the eligible set after each growth wave",
+    )
+    growth_factor: Annotated[float, Field(gt=1, le=100)] | None = None
+    max_wave_size: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _one_growth(self) -> "WaveSpec":
+        if self.growth_factor is not None:
+            self.percentages = None
+        return self
+
+
+class FailureTypeName(StrEnum):
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    REJECTED = "rejected"
+    ANY = "any"
+
+
+class CriterionSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    failure_type: FailureTypeName = FailureTypeName.ANY
+    threshold_count: Annotated[int, Field(ge=1)] | None = None
+    threshold_percent: Annotated[float, Field(gt=0, le=100)] | None = None
+    min_executed: Annotated[int, Field(ge=0)] = 1
+    action: Annotated[str, StringConstraints(pattern=r"^(stall|abort)$")] = "stall"
+
+    @model_validator(mode="after")
+    def _has_threshold(self) -> "CriterionSpec":
+        if self.threshold_count is None and self.threshold_percent is None:
+            raise ValueError("a criterion needs threshold_count and/or threshold_percent")
+        return self
+
+
+class RolloutCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=128)] = "rollout"
+    artifact: ArtifactRef
+    selector: SelectorSpec = Field(default_factory=SelectorSpec)
+    waves: WaveSpec = Field(default_factory=WaveSpec)
+    criteria: list[CriterionSpec] = Field(
+        default_factory=lambda: [CriterionSpec(threshold_percent=10.0, min_executed=1)]
+    )
+    wave_timeout_seconds: Annotated[float, Field(gt=0, le=86400)] = 300.0
+    seed: Annotated[str, StringConstraints(max_length=64)] | None = None
+    start_flow: bool = Field(
+        default=True, description="start the fleet-rollout Prefect deployment for it"
+    )
+
+
+class RolloutStateName(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    STALLED = "stalled"
+    PAUSED = "paused"
+    ABORTED = "aborted"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class TargetStatus(StrEnum):
+    PENDING = "pending"
+    DISPATCHED = "dispatched"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    REJECTED = "rejected"
+
+    @property
+    def final(self) -> bool:
+        return self not in (TargetStatus.PENDING, TargetStatus.DISPATCHED)
+
+
+class TargetPublic(BaseModel):
+    agent_id: str
+    agent_name: str
+    wave: int
+    status: TargetStatus
+    command_id: str | None
+    old_version: str | None
+    new_version: str | None
+    error: str | None
+    dispatched_at: datetime | None
+    finished_at: datetime | None
+
+
+class WavePublic(BaseModel):
+    index: int
+    kind: str
+    size: int
+    counts: dict[str, int]
+    dispatched: bool
+    done: bool
+
+
+class ExclusionPublic(BaseModel):
+    agent_id: str
+    agent_name: str
+    reason: str
+    detail: str
+
+
+class RolloutPublic(BaseModel):
+    id: str
+    name: str
+    environment_id: str
+    target_version: str
+    artifact: ArtifactRef
+    state: RolloutStateName
+    state_reason: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    flow_run_id: str | None
+    wave_timeout_seconds: float
+    criteria: list[CriterionSpec]
+    counts: dict[str, int]
+    waves: list[WavePublic]
+    exclusions: list[ExclusionPublic]
+    targets: list[TargetPublic] | None = None
+    threshold: dict[str, Any] | None = Field(
+        default=None, description="The tripped criterion when the rollout stalled or aborted"
+    )
+
+
+class DispatchResult(BaseModel):
+    rollout_id: str
+    wave: int
+    sent: int = Field(description="commands sent by this call")
+    already_sent: int = Field(description="targets dispatched before: not sent again")
+    refused: str | None = Field(default=None, description="why nothing was sent (state)")
+
+
+class Decision(StrEnum):
+    RESUME = "resume"
+    ABORT = "abort"

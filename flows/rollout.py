@@ -1,0 +1,189 @@
+"""``fleet-rollout``: one rollout, wave by wave, stopping itself when its criteria are crossed.
+
+The flow only sequences. The Console holds the plan (decided at creation), dispatches
+idempotently, records results, judges each one against the criteria and stalls the rollout the
+moment they are crossed. The flow:
+
+1. marks the rollout running (recording its flow run);
+2. per wave, runs **one task** (never one per agent): dispatch through the Console — a target
+   already sent to is never sent again — then wait for the wave's results with its timeout,
+   moving a progress artifact as they arrive, and writing a table artifact for the wave;
+3. when the rollout stalls (criteria crossed) or is paused, pauses itself for a human:
+   ``pause_flow_run`` with typed input (resume or abort) — answered from the Prefect UI, or by the
+   Console's resume/abort endpoints, which resume this flow run with the same input;
+4. completes the rollout when every wave is done.
+
+A re-run of the same rollout (after a crash of the flow or the Console) continues where it
+stopped and sends nothing twice.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import (
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+from prefect.context import get_run_context
+from prefect.flow_runs import pause_flow_run
+from prefect.input import RunInput
+
+from contracts.rollouts import RolloutPublic, TargetStatus
+from flows.console_client import ConsoleApiError, ConsoleClient
+from flows.settings import FlowSettings
+
+FINAL = {s.value for s in TargetStatus if s.final}
+
+
+class StallDecision(RunInput):
+    """What the operator decides when a rollout stalls or is paused."""
+
+    decision: Literal["resume", "abort"] = "resume"
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class WaveOutcome:
+    wave: int
+    state: str
+    done: bool
+    counts: dict[str, int]
+
+
+def _progress(r: RolloutPublic) -> float:
+    total = sum(w.size for w in r.waves)
+    if not total:
+        return 100.0
+    finished = sum(v for k, v in r.counts.items() if k in FINAL)
+    return round(100.0 * finished / total, 1)
+
+
+def _describe(r: RolloutPublic) -> str:
+    c = r.counts
+    return (
+        f"{r.state}: {c['succeeded']} succeeded, {c['failed']} failed, "
+        f"{c['timed_out']} timed out, {c['rejected']} rejected, "
+        f"{c['dispatched']} in flight, {c['pending']} waiting"
+    )
+
+
+@task(name="run-wave", retries=2, retry_delay_seconds=2)
+def run_wave(
+    rollout_id: str, wave: int, progress_id: str | None, poll_seconds: float
+) -> WaveOutcome:
+    """Dispatch one wave through the Console and wait for its results (or a halt)."""
+    log = get_run_logger()
+    with ConsoleClient(FlowSettings()) as console:
+        sent = console.dispatch(rollout_id, wave)
+        if sent.refused:
+            log.info("wave %d: nothing sent (%s)", wave, sent.refused)
+        else:
+            log.info(
+                "wave %d: %d commands sent, %d sent before", wave, sent.sent, sent.already_sent
+            )
+        last = -1.0
+        while True:
+            r = console.rollout(rollout_id)
+            w = r.waves[wave]
+            progress = _progress(r)
+            if progress_id and progress != last:
+                update_progress_artifact(progress_id, progress, description=_describe(r))
+                last = progress
+            if w.done or r.state != "running":
+                break
+            time.sleep(poll_seconds)
+        rows = [
+            {
+                "agent": t.agent_name,
+                "from": t.old_version or "-",
+                "to": t.new_version or "-",
+                "result": t.status.value,
+                "error": t.error or "",
+            }
+            for t in (r.targets or [])
+            if t.wave == wave
+        ]
+        if w.done:
+            create_table_artifact(
+                rows,
+                key=f"rollout-{rollout_id[:12]}-wave-{wave}",
+                description=f"Wave {wave} ({w.kind}) of rollout {r.name} to {r.target_version}",
+            )
+        return WaveOutcome(wave=wave, state=r.state, done=w.done, counts=w.counts)
+
+
+@flow(name="fleet-rollout", log_prints=True)
+def fleet_rollout(
+    rollout_id: str,
+    poll_seconds: float = 0.5,
+    decision_timeout_seconds: int = 7 * 86400,
+    decision_poll_seconds: int = 5,
+) -> dict[str, object]:
+    """Roll one Console rollout out wave by wave; pause for a human when it stalls."""
+    log = get_run_logger()
+    flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
+    with ConsoleClient(FlowSettings()) as console:
+        r = console.start(rollout_id, flow_run_id)
+        log.info(
+            "rollout %s to %s: %d waves, %d excluded up front",
+            r.name,
+            r.target_version,
+            len(r.waves),
+            len(r.exclusions),
+        )
+        for ex in r.exclusions:
+            log.info("excluded %s: %s (%s)", ex.agent_name, ex.reason, ex.detail)
+        progress_id = str(
+            create_progress_artifact(
+                _progress(r), key=f"rollout-{rollout_id[:12]}-progress", description=_describe(r)
+            )
+        )
+        wave = 0
+        while wave < len(r.waves):
+            if r.state in ("aborted", "succeeded", "failed"):
+                break
+            if r.state == "running" and r.waves[wave].done:
+                wave += 1  # finished before a restart: nothing to send or wait for
+                continue
+            outcome = run_wave(rollout_id, wave, progress_id, poll_seconds)
+            if outcome.state == "running" and outcome.done:
+                wave += 1
+                r = console.rollout(rollout_id, targets=False)
+                continue
+            r = console.rollout(rollout_id, targets=False)
+            if r.state in ("stalled", "paused"):
+                log.warning(
+                    "rollout %s is %s: %s; waiting for a decision (resume or abort)",
+                    rollout_id,
+                    r.state,
+                    r.state_reason,
+                )
+                decision = pause_flow_run(
+                    wait_for_input=StallDecision,
+                    timeout=decision_timeout_seconds,
+                    poll_interval=decision_poll_seconds,
+                )
+                r = console.rollout(rollout_id, targets=False)
+                if decision is not None and decision.decision == "abort":
+                    if r.state != "aborted":
+                        r = console.decide(
+                            rollout_id, "abort", decision.note or "aborted in Prefect"
+                        )
+                    break
+                if r.state in ("stalled", "paused"):
+                    r = console.decide(rollout_id, "resume")
+                log.info("rollout %s resumed", rollout_id)
+        r = console.rollout(rollout_id, targets=False)
+        if r.state == "running":
+            try:
+                r = console.decide(rollout_id, "complete")
+            except ConsoleApiError as exc:
+                log.error("could not complete rollout: %s", exc)
+        update_progress_artifact(progress_id, _progress(r), description=_describe(r))
+        log.info("rollout %s ended %s", rollout_id, r.state)
+        return {"rollout_id": rollout_id, "state": r.state, "counts": r.counts}
