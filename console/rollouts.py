@@ -412,6 +412,9 @@ def public(session: Session, rollout: Rollout, *, with_targets: bool = True) -> 
         .where(RolloutTarget.rollout_id == rollout.id)
         .order_by(col(RolloutTarget.wave), col(RolloutTarget.agent_name))
     ).all()
+    # Targets first, then the rollout's state: a reader between two commits then sees at worst
+    # "stalled, wave not done" (wait), never "running, wave done" before the stall it caused.
+    session.refresh(rollout)
     per_wave: dict[int, dict[str, int]] = {}
     totals: dict[str, int] = {s.value: 0 for s in TargetStatus}
     for t in targets:
