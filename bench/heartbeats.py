@@ -55,11 +55,12 @@ async def run(console: ConsoleProcess, agents: int, rate: int, seconds: float) -
             async with sem:
                 r = await client.post("/api/v1/agents/enroll", json=ident.enroll_body(token))
                 r.raise_for_status()
+                ident.jwt = r.json()["nats_jwt"]
                 return str(r.json()["agent_id"])
 
         ids = await asyncio.gather(*(enroll(i) for i in idents))
     conns = [
-        await nats.connect(console.nats_url, nkeys_seed_str=i.seed.decode(), allow_reconnect=False)
+        await nats.connect(console.nats_url, allow_reconnect=False, **i.nats_options())
         for i in idents
     ]
     before = httpx.get(f"{console.url}/metrics").text

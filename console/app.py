@@ -13,7 +13,15 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from console.api.routes import api_tokens, artifacts, enroll, fleet, install_tokens, rollouts
+from console.api.routes import (
+    api_tokens,
+    artifacts,
+    clusters,
+    enroll,
+    fleet,
+    install_tokens,
+    rollouts,
+)
 from console.errors import ConsoleError
 from console.runtime import ConsoleRuntime
 from console.settings import ConsoleSettings
@@ -123,7 +131,7 @@ def create_app(settings: ConsoleSettings, runtime: ConsoleRuntime | None = None)
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    for module in (enroll, fleet, install_tokens, api_tokens, rollouts, artifacts):
+    for module in (enroll, fleet, install_tokens, api_tokens, rollouts, artifacts, clusters):
         app.include_router(module.router)
     app.add_middleware(
         BodyLimit,

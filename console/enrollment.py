@@ -26,7 +26,7 @@ from sqlmodel import Session, col, select
 
 from console.clock import utcnow
 from console.errors import BadRequestError, ConflictError, UnauthorizedError
-from console.models import Agent, AgentEvent, AgentEvidence, InstallToken
+from console.models import Agent, AgentEvent, AgentEvidence, InstallToken, NatsRevocation
 from console.secrets import evidence_hash, token_hash
 from console.signatures import SignatureError, verify
 from contracts.enrollment import ConflictReason, EnrollRequest, IdentitySignals, enrollment_message
@@ -37,6 +37,7 @@ class EnrollOutcome:
     agent: Agent
     created: bool
     rebound: bool
+    revoked_key: bool = False
 
 
 def _check_install_token(session: Session, raw: str, now: datetime) -> InstallToken:
@@ -130,6 +131,21 @@ def _evidence_matches(
     held = {(r.kind, r.value_hash) for r in rows}
     presented = {(k, evidence_hash(k, v)) for k, v in signals.present().items()}
     return True, bool(held & presented)
+
+
+def revoke_key(
+    session: Session, *, agent_id: str, public_key: str, reason: str, now: datetime
+) -> None:
+    """Take a key away: its NATS JWTs are refused from now on (after the next reload)."""
+    if session.get(NatsRevocation, public_key) is None:
+        session.add(
+            NatsRevocation(
+                public_key=public_key,
+                agent_id=agent_id,
+                revoked_at=int(now.timestamp()),
+                reason=reason,
+            )
+        )
 
 
 def seen_at(agent: Agent) -> datetime:
@@ -262,6 +278,11 @@ def enroll(
             _record_conflict(session, existing, conflict, now)
             raise conflict
         how = "released" if existing.nats_public_key is None else "quiet_with_evidence"
+        replaced = existing.nats_public_key
+        if replaced is not None:
+            revoke_key(
+                session, agent_id=existing.id, public_key=replaced, reason="rebound", now=now
+            )
         existing.nats_public_key = req.public_key
         existing.version = req.version
         existing.instance_id = req.instance_id
@@ -288,6 +309,12 @@ def enroll(
             version=req.version,
         )
         agent, created, rebound = existing, False, True
+        token.uses += 1
+        token.last_used_at = now
+        session.add(token)
+        return EnrollOutcome(
+            agent=agent, created=created, rebound=rebound, revoked_key=replaced is not None
+        )
 
     token.uses += 1
     token.last_used_at = now

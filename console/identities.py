@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from sqlmodel import Session, select
 
 from console.clock import utcnow
-from console.enrollment import add_event, record_evidence, seen_at
+from console.enrollment import add_event, record_evidence, revoke_key, seen_at
 from console.errors import BadRequestError, ConflictError, NotFoundError, UnauthorizedError
 from console.models import Agent, CredentialRotation
 from console.signatures import SignatureError, verify
@@ -35,6 +35,9 @@ def release_identity(
             agent_id=agent.id,
         )
     if agent.nats_public_key is not None:
+        revoke_key(
+            session, agent_id=agent.id, public_key=agent.nats_public_key, reason="released", now=now
+        )
         agent.nats_public_key = None
         agent.released_at = now
         agent.shared_identity_since = None
@@ -47,6 +50,14 @@ def release_identity(
 def revoke(session: Session, *, agent: Agent, actor: str, now: datetime | None = None) -> Agent:
     now = now or utcnow()
     if agent.revoked_at is None:
+        if agent.nats_public_key is not None:
+            revoke_key(
+                session,
+                agent_id=agent.id,
+                public_key=agent.nats_public_key,
+                reason="revoked",
+                now=now,
+            )
         agent.revoked_at = now
         session.add(agent)
         add_event(session, agent.id, "revoked", f"revoked by {actor}", actor=actor)
@@ -121,6 +132,9 @@ def complete_rotation(
         raise BadRequestError(
             "bad_signature", f"the new key did not sign the rotation: {exc.why}"
         ) from exc
+    revoke_key(
+        session, agent_id=agent.id, public_key=agent.nats_public_key, reason="rotated", now=now
+    )
     agent.nats_public_key = proof.new_public_key
     agent.credentials_rotated_at = now
     agent.last_seen_at = now

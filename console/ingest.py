@@ -28,9 +28,17 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from console.clock import utcnow
+from console.clusters import record_inventory
 from console.models import Agent, AgentEvent
 from console.rollouts import record_results
 from contracts import subjects
+from contracts.inventory import (
+    ChunkHeader,
+    InventoryAssemblyError,
+    InventorySnapshot,
+    assemble,
+    split_chunk,
+)
 from contracts.messages import CommandResult, Heartbeat, HostMetrics
 
 log = logging.getLogger(__name__)
@@ -41,6 +49,7 @@ HEARTBEAT_LAG = Histogram(
     "From an agent sending a heartbeat to the Console committing it",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10),
 )
+INVENTORIES = Counter("proxima_inventories_recorded_total", "Cluster inventory snapshots stored")
 RESULTS = Counter("proxima_command_results_total", "Command results recorded")
 FLUSH_SECONDS = Histogram("proxima_heartbeat_flush_seconds", "Time to write one batch")
 REJECTED = Counter("proxima_messages_rejected_total", "Agent messages that did not parse", ["kind"])
@@ -121,6 +130,8 @@ class Ingester:
         self._heartbeats: list[tuple[str, Heartbeat]] = []
         self._metrics: dict[str, HostMetrics] = {}
         self._results: list[tuple[str, CommandResult]] = []
+        self._chunks: dict[tuple[str, str], list[tuple[ChunkHeader, bytes]]] = {}
+        self._inventories: dict[str, InventorySnapshot] = {}
         self._full = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.tracker = InstanceTracker()
@@ -146,6 +157,33 @@ class Ingester:
             REJECTED.labels("result").inc()
             return
         self._full.set()  # results decide stalls: write them without waiting for the timer
+
+    async def on_inventory(self, msg: Any) -> None:
+        """Collect chunks; a complete, verified snapshot is queued for the next flush."""
+        try:
+            agent_id = subjects.agent_id_of(msg.subject)
+            header, part = split_chunk(msg.data)
+        except (ValueError, ValidationError):
+            REJECTED.labels("inventory").inc()
+            return
+        key = (agent_id, header.sync_id)
+        parts = self._chunks.setdefault(key, [])
+        parts.append((header, part))
+        # An agent only ever has one sync in flight: drop its older, incomplete ones.
+        for stale in [k for k in self._chunks if k[0] == agent_id and k != key]:
+            del self._chunks[stale]
+        if len(parts) == header.total:
+            del self._chunks[key]
+            try:
+                snapshot = assemble(parts)
+            except (InventoryAssemblyError, ValueError, OSError):
+                REJECTED.labels("inventory").inc()
+                log.warning(
+                    "inventory from agent %s did not assemble; waiting for the next", agent_id
+                )
+                return
+            self._inventories[agent_id] = snapshot
+            self._full.set()
 
     async def on_metrics(self, msg: Any) -> None:
         try:
@@ -187,6 +225,9 @@ class Ingester:
         results, self._results = self._results, []
         if results:
             await asyncio.to_thread(self._write_results, results)
+        inventories, self._inventories = self._inventories, {}
+        if inventories:
+            await asyncio.to_thread(self._write_inventories, inventories)
         if not batch and not metrics:
             return
         latest: dict[str, Heartbeat] = {}
@@ -208,6 +249,13 @@ class Ingester:
             HEARTBEAT_LAG.observe(max(0.0, (committed - sent).total_seconds()))
         HEARTBEATS.inc(len(batch))
         self.flushed += len(batch)
+
+    def _write_inventories(self, inventories: dict[str, InventorySnapshot]) -> None:
+        with self._writer(), Session(self._engine) as session:
+            for agent_id, snapshot in inventories.items():
+                record_inventory(session, agent_id=agent_id, snapshot=snapshot)
+            session.commit()
+        INVENTORIES.inc(len(inventories))
 
     def _write_results(self, results: list[tuple[str, CommandResult]]) -> None:
         with self._writer(), Session(self._engine) as session:
@@ -238,6 +286,8 @@ class Ingester:
                         "b_metrics": hb.metrics_interval_seconds,
                         "b_sync": hb.sync_interval_seconds,
                         "b_self_update": hb.can_self_update,
+                        "b_slug": hb.cluster_slug,
+                        "b_leader": hb.leader,
                     }
                     for agent_id, hb in latest.items()
                 ]
@@ -255,6 +305,8 @@ class Ingester:
                         metrics_interval_seconds=bindparam("b_metrics"),
                         sync_interval_seconds=bindparam("b_sync"),
                         can_self_update=bindparam("b_self_update"),
+                        cluster_slug=bindparam("b_slug"),
+                        leader=bindparam("b_leader"),
                     )
                 )
                 session.connection().execute(stmt, rows)

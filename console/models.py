@@ -99,6 +99,9 @@ class Agent(SQLModel, table=True):
     released_at: datetime | None = None
     revoked_at: datetime | None = None
     credentials_rotated_at: datetime | None = None
+    # Reported by the collector; may exceed 63 (old charts did not bound it): stored as is.
+    cluster_slug: str | None = Field(default=None, max_length=253, index=True)
+    leader: bool | None = None
     shared_identity_since: datetime | None = None
     version_flapping_since: datetime | None = None
     last_conflict_at: datetime | None = None
@@ -230,3 +233,50 @@ class RolloutTarget(SQLModel, table=True):
     dispatched_at: datetime | None = None
     deadline_at: datetime | None = None
     finished_at: datetime | None = None
+
+
+class NatsRevocation(SQLModel, table=True):
+    """A key taken away (released, rotated away, revoked, replaced by a re-bind). Its JWTs are
+    refused by the server from ``revoked_at`` on, and its live connection is cut."""
+
+    __tablename__ = "nats_revocation"
+
+    public_key: str = Field(primary_key=True, max_length=64)
+    agent_id: str = Field(foreign_key="agent.id", index=True, max_length=32)
+    revoked_at: int = Field(description="unix seconds")
+    reason: str = Field(max_length=32)
+
+
+class Cluster(SQLModel, table=True):
+    """A Kubernetes cluster as the Console records it. ``slug`` is what inventory matches on."""
+
+    __table_args__ = (UniqueConstraint("environment_id", "slug", name="uq_cluster_env_slug"),)
+
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=32)
+    client_id: str = Field(foreign_key="client.id", index=True, max_length=32)
+    environment_id: str = Field(foreign_key="environment.id", index=True, max_length=32)
+    slug: str = Field(max_length=253)
+    name: str = Field(max_length=253)
+    registered: bool = Field(
+        default=True, description="False when first seen in inventory, never recorded by onboarding"
+    )
+    created_at: datetime = Field(default_factory=utcnow)
+    first_inventory_at: datetime | None = None
+    last_inventory_at: datetime | None = None
+    last_inventory_agent_id: str | None = Field(default=None, max_length=32)
+    reported_name: str | None = Field(default=None, max_length=253)
+    kubernetes_version: str | None = Field(default=None, max_length=64)
+    sync_interval_seconds: float | None = None
+    counts: dict[str, int] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    truncated: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    errors: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+
+
+class ClusterInventory(SQLModel, table=True):
+    """The latest inventory snapshot of a cluster (objects by kind)."""
+
+    __tablename__ = "cluster_inventory"
+
+    cluster_id: str = Field(foreign_key="cluster.id", primary_key=True, max_length=32)
+    collected_at: datetime
+    objects: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))

@@ -1,31 +1,27 @@
-"""Per-agent NATS permissions, enforced by the server itself.
+"""Keeping the server's trust configuration in step with the database.
 
-The Console renders one ``authorization`` block — an nkey user per live agent identity, allowed
-to publish only under ``proxima.agent.<id>.>`` and to subscribe only to ``proxima.cmd.<id>``
-— writes it where the server includes it, and tells the server to reload. nats-server applies a
-reload to live connections: a user that disappears (released, rotated away, revoked) is
-disconnected at once, which is how release, rotation and revocation take effect on the wire.
+Agents hold signed user JWTs (see ``nats_jwt.py``), so a new identity needs no server change.
+When a key is taken away the Console adds it to the fleet account's revocations, rewrites the
+file the server includes, sends ``SIGHUP`` and waits until ``/varz`` shows the reload: from then
+on the key is refused, and its live connection has been cut.
 
-Reloads are coalesced: any number of changes that arrive while one reload runs are applied by
-the next one, and every caller of :meth:`NatsAuthorizer.apply` returns only once a reload that
-includes its change has been confirmed by the server. See ``docs/nats.md`` for why this design
-was chosen over auth_callout.
+Reloads are coalesced: changes that arrive while one runs are applied together by the next, and
+each caller of :meth:`NatsAuthorizer.apply` returns once a reload that includes its change is
+confirmed. See ``docs/nats.md`` for the design and its history.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from prometheus_client import Histogram
 
-from contracts import subjects
+from console.nats_jwt import NatsAuthority
 
 log = logging.getLogger(__name__)
 
@@ -36,28 +32,8 @@ RELOAD_SECONDS = Histogram(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class AgentUser:
-    agent_id: str
-    public_key: str
-
-
 class Reloader(Protocol):
     async def reload(self) -> None: ...
-
-
-def render_authorization(console_public_key: str, users: list[AgentUser]) -> str:
-    lines = ["authorization {", "  users = ["]
-    lines.append(f"    {{nkey: {json.dumps(console_public_key)}}}")
-    for user in sorted(users, key=lambda u: u.agent_id):
-        pub = json.dumps(subjects.agent_publish_allow(user.agent_id))
-        sub = json.dumps(subjects.agent_subscribe_allow(user.agent_id))
-        lines.append(
-            f"    {{nkey: {json.dumps(user.public_key)}, permissions: "
-            f"{{publish: {{allow: {pub}}}, subscribe: {{allow: {sub}}}}}}}"
-        )
-    lines += ["  ]", "}", ""]
-    return "\n".join(lines)
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -76,13 +52,13 @@ class NatsAuthorizer:
         self,
         *,
         auth_file: Path,
-        console_public_key: str,
-        load_users: Callable[[], Awaitable[list[AgentUser]]],
-        reloader: Reloader,
+        authority: NatsAuthority,
+        load_revocations: Callable[[], Awaitable[dict[str, int]]],
+        reloader: Reloader | None = None,
     ) -> None:
         self._auth_file = auth_file
-        self._console_public_key = console_public_key
-        self._load_users = load_users
+        self._authority = authority
+        self._load_revocations = load_revocations
         self._reloader = reloader
         self._requested = 0
         self._applied = 0
@@ -94,10 +70,11 @@ class NatsAuthorizer:
 
     async def write_initial(self) -> None:
         """Render the file before the server starts so it never runs without it."""
-        users = await self._load_users()
-        write_atomically(self._auth_file, render_authorization(self._console_public_key, users))
+        text = self._authority.render_config(await self._load_revocations())
+        write_atomically(self._auth_file, text)
 
-    def start(self) -> None:
+    def start(self, reloader: Reloader) -> None:
+        self._reloader = reloader
         self._task = asyncio.create_task(self._run(), name="nats-authorizer")
 
     async def stop(self) -> None:
@@ -109,7 +86,7 @@ class NatsAuthorizer:
                 pass
 
     async def apply(self, wait_seconds: float = 30.0) -> None:
-        """Return once the server enforces the identities as the database holds them now."""
+        """Return once the server refuses every key the database has taken away."""
         self._requested += 1
         wanted = self._requested
         self._wake.set()
@@ -124,14 +101,14 @@ class NatsAuthorizer:
             raise RuntimeError(f"nats authorization reload failed: {self._failure}")
 
     async def _run(self) -> None:
+        assert self._reloader is not None
         current = self._auth_file.read_text() if self._auth_file.exists() else ""
         while True:
             await self._wake.wait()
             self._wake.clear()
             target = self._requested
             try:
-                users = await self._load_users()
-                text = render_authorization(self._console_public_key, users)
+                text = self._authority.render_config(await self._load_revocations())
                 if text != current:
                     write_atomically(self._auth_file, text)
                     with RELOAD_SECONDS.time():

@@ -15,13 +15,14 @@ import nats
 import nkeys
 from nats.aio.client import Client as NatsClient
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, col, select
+from sqlmodel import Session, select
 
 from console.clock import utcnow
 from console.db import make_engine, migrate
 from console.ingest import Ingester
-from console.models import Agent
-from console.nats_authorization import AgentUser, NatsAuthorizer
+from console.models import NatsRevocation
+from console.nats_authorization import NatsAuthorizer
+from console.nats_jwt import NatsAuthority
 from console.nats_server import EmbeddedNats, MonitoredReloader
 from console.rollouts import expire_overdue
 from console.settings import ConsoleSettings
@@ -56,6 +57,7 @@ class ConsoleRuntime:
         self.reloader: MonitoredReloader | None = None
         self.nc: NatsClient | None = None
         self.authorizer: NatsAuthorizer | None = None
+        self.authority: NatsAuthority | None = None
         self.ingester = Ingester(
             engine=self.engine,
             writer=self.writer,
@@ -77,15 +79,13 @@ class ConsoleRuntime:
     def agent_nats_url(self) -> str:
         return self.settings.nats_public_url or self.nats_url
 
-    async def _load_users(self) -> list[AgentUser]:
-        def query() -> list[AgentUser]:
+    async def _load_revocations(self) -> dict[str, int]:
+        def query() -> dict[str, int]:
             with Session(self.engine) as session:
                 rows = session.exec(
-                    select(Agent.id, Agent.nats_public_key).where(
-                        col(Agent.nats_public_key).is_not(None), col(Agent.revoked_at).is_(None)
-                    )
+                    select(NatsRevocation.public_key, NatsRevocation.revoked_at)
                 ).all()
-            return [AgentUser(agent_id=i, public_key=k) for i, k in rows if k]
+            return dict(rows)
 
         return await asyncio.to_thread(query)
 
@@ -94,7 +94,8 @@ class ConsoleRuntime:
         s.data_dir.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(migrate, self.database_url)
         seed = load_or_create_seed(s.data_dir / "console.nk")
-        console_pub = nkeys.from_seed(seed).public_key.decode()
+        console_pub = nkeys.from_seed(bytearray(seed)).public_key.decode()
+        self.authority = NatsAuthority.load_or_create(s.data_dir / "nats-keys")
         if s.nats_url is None:
             self.embedded = EmbeddedNats(
                 workdir=s.data_dir / "nats", port=s.nats_port, max_payload=s.nats_max_payload
@@ -105,16 +106,15 @@ class ConsoleRuntime:
                 raise ConsoleStartupError(
                     "PROXIMA_NATS_URL names an external server: also set PROXIMA_NATS_AUTH_FILE "
                     "(the file its config includes), PROXIMA_NATS_PID_FILE and "
-                    "PROXIMA_NATS_MONITOR_URL so the Console can enforce per-agent permissions"
+                    "PROXIMA_NATS_MONITOR_URL so the Console can keep its trust configuration"
                 )
             auth_file = s.nats_auth_file
-        placeholder = NatsAuthorizer(
+        self.authorizer = NatsAuthorizer(
             auth_file=auth_file,
-            console_public_key=console_pub,
-            load_users=self._load_users,
-            reloader=_NoReload(),
+            authority=self.authority,
+            load_revocations=self._load_revocations,
         )
-        await placeholder.write_initial()
+        await self.authorizer.write_initial()
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.start)
             self.nats_url = self.embedded.client_url
@@ -124,16 +124,12 @@ class ConsoleRuntime:
             self.nats_url = s.nats_url
             self.reloader = MonitoredReloader(pid=s.nats_pid_file, monitor_url=s.nats_monitor_url)
             await self.reloader.reload()
-        self.authorizer = NatsAuthorizer(
-            auth_file=auth_file,
-            console_public_key=console_pub,
-            load_users=self._load_users,
-            reloader=self.reloader,
-        )
-        self.authorizer.start()
+        self.authorizer.start(self.reloader)
+        console_jwt = self.authority.console_jwt(console_pub).encode()
         self.nc = await nats.connect(
             self.nats_url,
             nkeys_seed_str=seed.decode(),
+            user_jwt_cb=lambda: console_jwt,
             name="proxima-console",
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
@@ -143,6 +139,7 @@ class ConsoleRuntime:
         await self.nc.subscribe(subjects.ALL_HEARTBEATS, cb=self.ingester.on_heartbeat)
         await self.nc.subscribe(subjects.ALL_METRICS, cb=self.ingester.on_metrics)
         await self.nc.subscribe(subjects.ALL_RESULTS, cb=self.ingester.on_result)
+        await self.nc.subscribe(subjects.ALL_INVENTORY, cb=self.ingester.on_inventory)
         self.ingester.start()
         self._sweeper = asyncio.create_task(self._sweep(), name="rollout-sweeper")
         log.info("console nats connected to %s", self.nats_url)
@@ -164,8 +161,12 @@ class ConsoleRuntime:
             await asyncio.to_thread(self.embedded.stop)
         self.engine.dispose()
 
+    def agent_jwt(self, agent_id: str, public_key: str) -> str:
+        assert self.authority is not None
+        return self.authority.agent_jwt(agent_id=agent_id, public_key=public_key)
+
     async def apply_identities(self) -> None:
-        """Return once NATS enforces the identities the database now holds."""
+        """Return once NATS refuses every key the database has taken away."""
         assert self.authorizer is not None
         await self.authorizer.apply()
 
@@ -200,11 +201,6 @@ class ConsoleRuntime:
         await self.nc.publish(subjects.commands(agent_id), command.model_dump_json().encode())
         await self.nc.flush()
         return command.command_id
-
-
-class _NoReload:
-    async def reload(self) -> None:
-        return None
 
 
 def _log_cb(text: str):  # type: ignore[no-untyped-def]

@@ -1,8 +1,9 @@
 """Enrollment, release and credential rotation: requests, answers and the signed messages.
 
 An agent proves it holds the private half of the nkey it enrolls with by signing
-:func:`enrollment_message`. The Console verifies the signature and a timestamp window, so a
-captured request cannot be replayed later.
+:func:`enrollment_message`. Signatures travel as URL-safe base64 of the 64 raw ed25519 bytes;
+padding (``=``) is optional and the Console accepts both. The Console verifies the signature and
+a timestamp window, so a captured request cannot be replayed later.
 """
 
 from datetime import datetime
@@ -67,6 +68,10 @@ class EnrollResponse(BaseModel):
     client_id: str
     environment_id: str
     nats_url: str
+    nats_jwt: str = Field(
+        description="The identity's NATS user JWT: its permissions, signed by the fleet account. "
+        "Connect with it and the nkey seed (it is not a secret without the seed)."
+    )
     rebound: bool = Field(description="True when this enrollment re-bound an existing record")
 
 
@@ -95,6 +100,34 @@ class ErrorBody(BaseModel):
 def rotation_message(*, agent_id: str, nonce: str, new_public_key: str) -> bytes:
     """Signed by the *old* key (possession of the identity) and the *new* key (possession of it)."""
     return f"proxima-rotate\n{agent_id}\n{nonce}\n{new_public_key}".encode()
+
+
+def nats_credentials_message(*, agent_id: str, public_key: str, signed_at: datetime) -> bytes:
+    """Signed by the agent's key to fetch a fresh NATS user JWT for it."""
+    return f"proxima-nats-credentials\n{agent_id}\n{public_key}\n{signed_at.isoformat()}".encode()
+
+
+class NatsCredentialsRequest(BaseModel):
+    """An agent asking for a fresh JWT for its key (after an interrupted rotation, say)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    public_key: PublicKey
+    signed_at: datetime
+    signature: Annotated[str, StringConstraints(min_length=16, max_length=256)]
+
+
+class NatsCredentials(BaseModel):
+    agent_id: str
+    public_key: str
+    nats_url: str
+    nats_jwt: str
+
+
+class RotationAccepted(BaseModel):
+    agent_id: str
+    public_key: str
+    nats_jwt: str
 
 
 class RotationProof(BaseModel):

@@ -17,7 +17,7 @@ from tests.support.waiting import await_for, wait_for
 async def _connect(console, ident: Identity, **kw):
     return await nats.connect(
         console.nats_url,
-        nkeys_seed_str=ident.seed.decode(),
+        **ident.nats_options(),
         allow_reconnect=False,
         connect_timeout=3,
         **kw,
@@ -176,7 +176,7 @@ async def test_two_processes_on_one_identity_are_flagged_as_shared_with_version_
     token = console.install_token()
     one = Identity(name="s-1")
     agent_id = one.enroll(console, token).json()["agent_id"]
-    two = Identity(name="s-1", seed=one.seed)  # same state file, another process
+    two = Identity(name="s-1", seed=one.seed, jwt=one.jwt)  # same state file, another process
     nc1, nc2 = await _connect(console, one), await _connect(console, two)
     try:
         for _ in range(4):
@@ -202,7 +202,7 @@ async def test_a_restart_with_a_new_instance_id_is_not_a_shared_identity(console
     token = console.install_token()
     first = Identity(name="s-2")
     agent_id = first.enroll(console, token).json()["agent_id"]
-    second = Identity(name="s-2", seed=first.seed)
+    second = Identity(name="s-2", seed=first.seed, jwt=first.jwt)
     nc = await _connect(console, first)
     try:
         for ident in (first, first, second, second, second):
@@ -216,3 +216,80 @@ async def test_a_restart_with_a_new_instance_id_is_not_a_shared_identity(console
     finally:
         await nc.close()
     assert "shared_identity" not in console.agent(agent_id)["flags"]
+
+
+async def test_a_jwt_not_signed_by_the_fleet_account_is_refused(console):
+    """The server trusts the signature chain, not the claims: a forged '>' grant fails."""
+    import os as _os
+
+    import nkeys
+
+    from console.nats_jwt import encode_jwt
+
+    ident = Identity(name="forger")
+    rogue = nkeys.from_seed(nkeys.encode_seed(_os.urandom(32), nkeys.PREFIX_BYTE_ACCOUNT))
+    ident.jwt = encode_jwt(
+        {
+            "sub": ident.public_key,
+            "name": "x",
+            "nats": {
+                "pub": {"allow": [">"]},
+                "sub": {"allow": [">"]},
+                "type": "user",
+                "version": 2,
+            },
+        },
+        rogue,
+    )
+    with pytest.raises(NatsError):
+        await _connect(console, ident)
+
+
+async def test_a_rebind_retires_the_previous_key(console):
+    token = console.install_token()
+    old = Identity(name="rb-1", machine_id="m-rb")
+    agent_id = old.enroll(console, token).json()["agent_id"]
+    nc = await _connect(console, old)
+    await nc.close()
+    wait_for(lambda: (console.agent(agent_id)["seconds_since_seen"] or 0) > QUIET_SECONDS + 0.2)
+    new = Identity(name="rb-1", machine_id="m-rb")
+    assert new.enroll(console, token).json()["agent_id"] == agent_id
+    with pytest.raises(NatsError):
+        await _connect(console, old)
+    nc = await _connect(console, new)
+    await nc.close()
+
+
+def _refresh(console, agent_id, ident):
+    from contracts.enrollment import nats_credentials_message
+
+    signed_at = datetime.now(UTC)
+    msg = nats_credentials_message(
+        agent_id=agent_id, public_key=ident.public_key, signed_at=signed_at
+    )
+    import httpx
+
+    return httpx.post(
+        f"{console.url}/api/v1/agents/{agent_id}/nats-credentials",
+        json={
+            "public_key": ident.public_key,
+            "signed_at": signed_at.isoformat(),
+            "signature": ident.sign(msg),
+        },
+    )
+
+
+async def test_an_agent_can_fetch_a_fresh_jwt_for_its_current_key_only(console):
+    token = console.install_token()
+    ident = Identity(name="jwt-1")
+    agent_id = ident.enroll(console, token).json()["agent_id"]
+    r = _refresh(console, agent_id, ident)
+    assert r.status_code == 200, r.text
+    ident.jwt = r.json()["nats_jwt"]
+    nc = await _connect(console, ident)
+    await nc.close()
+    stranger = Identity(name="jwt-1")
+    assert _refresh(console, agent_id, stranger).json()["reason"] == "not_current_key"
+    with console.client() as c:
+        c.post(f"/api/v1/fleet/agents/{agent_id}/revoke").raise_for_status()
+    assert _refresh(console, agent_id, ident).status_code == 401

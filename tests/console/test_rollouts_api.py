@@ -6,13 +6,22 @@ import pytest
 from tests.support.swarm import Swarm
 from tests.support.waiting import wait_for
 
-ARTIFACT = {"version": "0.9.0", "url": "http://127.0.0.1:1/a.pyz", "sha256": "0" * 64,
-            "signature": "s" * 86}
+ARTIFACT = {
+    "version": "0.9.0",
+    "url": "http://127.0.0.1:1/a.pyz",
+    "sha256": "0" * 64,
+    "signature": "s" * 86,
+}
 
 
 def _create(console, **over):
-    body = {"name": "r", "artifact": ARTIFACT, "start_flow": False,
-            "waves": {"canary_size": 1, "percentages": [50, 100]}, **over}
+    body = {
+        "name": "r",
+        "artifact": ARTIFACT,
+        "start_flow": False,
+        "waves": {"canary_size": 1, "percentages": [50, 100]},
+        **over,
+    }
     with console.client() as c:
         r = c.post("/api/v1/fleet/rollouts", json=body)
         assert r.status_code == 201, r.text
@@ -34,11 +43,17 @@ def swarm(console):
     def make(count, **kw):
         s = Swarm(console, count, **kw).start()
         made.append(s)
-        wait_for(lambda: all(
-            a["status"] == "online" for a in console.client().get(
-                "/api/v1/fleet/agents", params={"limit": 1000}).json()["items"]
-        ), what="swarm online")
+        wait_for(
+            lambda: all(
+                a["status"] == "online"
+                for a in console.client()
+                .get("/api/v1/fleet/agents", params={"limit": 1000})
+                .json()["items"]
+            ),
+            what="swarm online",
+        )
         return s
+
     made = []
     yield make
     for s in made:
@@ -67,13 +82,20 @@ def test_a_rollout_plans_waves_and_sends_each_agent_one_command(console, swarm):
 def test_crossing_the_threshold_stalls_and_no_later_wave_receives_anything(console, swarm):
     def fail_some(name, cmd):
         if not name.endswith(("0", "1")):  # 6 of 8 fail: any canary of 4 holds >= 2
-            return "failed", "backup current binary: rename /usr/local/bin/proxima-agent " \
-                "/usr/local/bin/proxima-agent.bak: read-only file system", None
+            return (
+                "failed",
+                "backup current binary: rename /usr/local/bin/proxima-agent "
+                "/usr/local/bin/proxima-agent.bak: read-only file system",
+                None,
+            )
         return "succeeded", None, cmd["args"]["version"]
 
     s = swarm(8, behaviour=fail_some)
-    r = _create(console, waves={"canary_size": 4, "percentages": [100]},
-                criteria=[{"failure_type": "failed", "threshold_count": 2, "min_executed": 1}])
+    r = _create(
+        console,
+        waves={"canary_size": 4, "percentages": [100]},
+        criteria=[{"failure_type": "failed", "threshold_count": 2, "min_executed": 1}],
+    )
     _post(console, f"/{r['id']}/start", json={})
     _post(console, f"/{r['id']}/waves/0/dispatch")
     wait_for(lambda: _get(console, r["id"])["state"] == "stalled", what="stall")
@@ -88,8 +110,12 @@ def test_crossing_the_threshold_stalls_and_no_later_wave_receives_anything(conso
     assert resumed["state"] == "running"
     wait_for(lambda: _get(console, r["id"])["waves"][0]["done"])
     _post(console, f"/{r['id']}/waves/1/dispatch")
-    wait_for(lambda: _get(console, r["id"])["waves"][1]["done"] or
-             _get(console, r["id"])["state"] != "running")
+    wait_for(
+        lambda: (
+            _get(console, r["id"])["waves"][1]["done"]
+            or _get(console, r["id"])["state"] != "running"
+        )
+    )
     aborted = _post(console, f"/{r['id']}/abort", json={"reason": "enough"}).json()
     assert aborted["state"] == "aborted" and aborted["state_reason"] == "enough"
     assert _post(console, f"/{r['id']}/resume").json()["reason"] == "illegal_transition"
@@ -97,13 +123,24 @@ def test_crossing_the_threshold_stalls_and_no_later_wave_receives_anything(conso
 
 def test_a_missing_result_becomes_timed_out_after_the_wave_timeout(console, swarm):
     swarm(2, behaviour=lambda name, cmd: ("silent", None, None))
-    r = _create(console, wave_timeout_seconds=1, waves={"canary_size": 2, "percentages": [100]},
-                criteria=[{"failure_type": "timed_out", "threshold_percent": 100, "min_executed": 2,
-                           "action": "abort"}])
+    r = _create(
+        console,
+        wave_timeout_seconds=1,
+        waves={"canary_size": 2, "percentages": [100]},
+        criteria=[
+            {
+                "failure_type": "timed_out",
+                "threshold_percent": 100,
+                "min_executed": 2,
+                "action": "abort",
+            }
+        ],
+    )
     _post(console, f"/{r['id']}/start", json={})
     _post(console, f"/{r['id']}/waves/0/dispatch")
-    final = wait_for(lambda: (x := _get(console, r["id"]))["state"] == "aborted" and x,
-                     what="abort on timeouts")
+    final = wait_for(
+        lambda: (x := _get(console, r["id"]))["state"] == "aborted" and x, what="abort on timeouts"
+    )
     assert final["counts"]["timed_out"] == 2
     assert final["threshold"]["action"] == "abort"
 
@@ -111,6 +148,7 @@ def test_a_missing_result_becomes_timed_out_after_the_wave_timeout(console, swar
 def test_agents_that_cannot_self_update_or_share_an_identity_are_excluded_up_front(console, swarm):
     swarm(2)
     from tests.support.console import Identity
+
     token = console.install_token()
     ro = Identity(name="readonly-host")
     assert ro.enroll(console, token, can_self_update=False).status_code == 201

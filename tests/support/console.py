@@ -157,6 +157,7 @@ class Identity:
         default_factory=lambda: nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
     )
     instance_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    jwt: str | None = None
 
     @property
     def keypair(self) -> Any:
@@ -195,8 +196,16 @@ class Identity:
         return body
 
     def enroll(self, console: ConsoleProcess, install_token: str, **over: Any) -> httpx.Response:
-        return httpx.post(
+        r = httpx.post(
             f"{console.url}/api/v1/agents/enroll",
             json=self.enroll_body(install_token, **over),
             timeout=30,
         )
+        if r.status_code in (200, 201):
+            self.jwt = r.json()["nats_jwt"]
+        return r
+
+    def nats_options(self) -> dict[str, Any]:
+        """Keyword arguments for nats.connect: the seed signs the nonce, the JWT says who."""
+        jwt = (self.jwt or "").encode()
+        return {"nkeys_seed_str": self.seed.decode(), "user_jwt_cb": lambda: jwt}

@@ -37,9 +37,16 @@ class SimAgent:
 class Swarm:
     """Runs its own event loop in a thread so synchronous tests can drive it."""
 
-    def __init__(self, console: ConsoleProcess, count: int, *, prefix: str = "sim",
-                 version: str = "0.8.0", behaviour: Behaviour = succeed,
-                 heartbeat_seconds: float = 0.5) -> None:
+    def __init__(
+        self,
+        console: ConsoleProcess,
+        count: int,
+        *,
+        prefix: str = "sim",
+        version: str = "0.8.0",
+        behaviour: Behaviour = succeed,
+        heartbeat_seconds: float = 0.5,
+    ) -> None:
         self.console = console
         self.count = count
         self.prefix = prefix
@@ -67,16 +74,23 @@ class Swarm:
         idents = [Identity(name=f"{self.prefix}-{i:05d}") for i in range(self.count)]
         sem = asyncio.Semaphore(8)
         async with httpx.AsyncClient(base_url=self.console.url, timeout=60) as client:
+
             async def enroll(ident: Identity) -> SimAgent:
                 async with sem:
-                    r = await client.post("/api/v1/agents/enroll",
-                                          json=ident.enroll_body(token, version=self.version))
+                    r = await client.post(
+                        "/api/v1/agents/enroll", json=ident.enroll_body(token, version=self.version)
+                    )
                     r.raise_for_status()
+                    ident.jwt = r.json()["nats_jwt"]
                     return SimAgent(ident, r.json()["agent_id"], self.version)
+
             self.agents = list(await asyncio.gather(*(enroll(i) for i in idents)))
         for agent in self.agents:
-            nc = await nats.connect(self.console.nats_url, nkeys_seed_str=agent.ident.seed.decode(),
-                                    max_reconnect_attempts=-1)
+            nc = await nats.connect(
+                self.console.nats_url,
+                **agent.ident.nats_options(),
+                max_reconnect_attempts=-1,
+            )
             self._conns.append(nc)
             await nc.subscribe(subjects.commands(agent.agent_id), cb=self._handler(nc, agent))
             self._tasks.append(asyncio.create_task(self._beat(nc, agent)))
@@ -94,20 +108,30 @@ class Swarm:
             if new_version and status == "succeeded":
                 agent.version = new_version
             result = {
-                "command_id": cmd["command_id"], "agent_id": agent.agent_id, "kind": cmd["kind"],
-                "status": status, "finished_at": datetime.now(UTC).isoformat(), "error": error,
+                "command_id": cmd["command_id"],
+                "agent_id": agent.agent_id,
+                "kind": cmd["kind"],
+                "status": status,
+                "finished_at": datetime.now(UTC).isoformat(),
+                "error": error,
                 "detail": {"old_version": self.version, "new_version": new_version},
             }
             if status != "silent":
-                await nc.publish(subjects.command_result(agent.agent_id), json.dumps(result).encode())
+                await nc.publish(
+                    subjects.command_result(agent.agent_id), json.dumps(result).encode()
+                )
+
         return on_command
 
     async def _beat(self, nc: Any, agent: SimAgent) -> None:
         while True:
             body = {
-                "agent_id": agent.agent_id, "instance_id": agent.ident.instance_id,
-                "agent_type": "host", "version": agent.version,
-                "sent_at": datetime.now(UTC).isoformat(), "uptime_seconds": 1.0,
+                "agent_id": agent.agent_id,
+                "instance_id": agent.ident.instance_id,
+                "agent_type": "host",
+                "version": agent.version,
+                "sent_at": datetime.now(UTC).isoformat(),
+                "uptime_seconds": 1.0,
                 "heartbeat_interval_seconds": self.heartbeat_seconds,
             }
             try:

@@ -1,15 +1,30 @@
 """Agent-facing endpoints: enrollment and the credential-rotation proof."""
 
+from datetime import UTC
+
 from fastapi import APIRouter, Response, status
 from fastapi.concurrency import run_in_threadpool
 from prometheus_client import Histogram
 from sqlmodel import Session
 
 from console.api.deps import RuntimeDep
+from console.clock import utcnow
 from console.enrollment import EnrollmentConflictError, EnrollOutcome, enroll
+from console.errors import BadRequestError, UnauthorizedError
 from console.identities import complete_rotation
+from console.models import Agent
+from console.signatures import SignatureError, verify
 from contracts.agent_types import AgentType
-from contracts.enrollment import EnrollRequest, EnrollResponse, ErrorBody, RotationProof
+from contracts.enrollment import (
+    EnrollRequest,
+    EnrollResponse,
+    ErrorBody,
+    NatsCredentials,
+    NatsCredentialsRequest,
+    RotationAccepted,
+    RotationProof,
+    nats_credentials_message,
+)
 
 ENROLL_DB_SECONDS = Histogram(
     "proxima_enroll_db_seconds",
@@ -60,8 +75,9 @@ async def enroll_agent(
 
     with ENROLL_DB_SECONDS.time():
         outcome = await run_in_threadpool(work)
-    with ENROLL_APPLY_SECONDS.time():
-        await runtime.apply_identities()
+    if outcome.revoked_key:  # a re-bind retired the record's previous key
+        with ENROLL_APPLY_SECONDS.time():
+            await runtime.apply_identities()
     if not outcome.created:
         response.status_code = status.HTTP_200_OK
     agent = outcome.agent
@@ -72,12 +88,15 @@ async def enroll_agent(
         client_id=agent.client_id,
         environment_id=agent.environment_id,
         nats_url=runtime.agent_nats_url,
+        nats_jwt=runtime.agent_jwt(agent.id, agent.nats_public_key or ""),
         rebound=outcome.rebound,
     )
 
 
-@router.post("/{agent_id}/credentials", responses=_ERRORS)
-async def rotate_proof(agent_id: str, proof: RotationProof, runtime: RuntimeDep) -> dict[str, str]:
+@router.post("/{agent_id}/credentials", response_model=RotationAccepted, responses=_ERRORS)
+async def rotate_proof(
+    agent_id: str, proof: RotationProof, runtime: RuntimeDep
+) -> RotationAccepted:
     """Called by the agent itself, authenticated by the signature of its current key."""
 
     def work() -> str:
@@ -91,4 +110,43 @@ async def rotate_proof(agent_id: str, proof: RotationProof, runtime: RuntimeDep)
     waiter = runtime.rotation_waiters.get(proof.nonce)
     if waiter is not None:
         waiter.set()
-    return {"agent_id": agent_id, "public_key": public_key}
+    return RotationAccepted(
+        agent_id=agent_id,
+        public_key=public_key,
+        nats_jwt=runtime.agent_jwt(agent_id, public_key),
+    )
+
+
+@router.post("/{agent_id}/nats-credentials", response_model=NatsCredentials, responses=_ERRORS)
+def nats_credentials(
+    agent_id: str, body: NatsCredentialsRequest, runtime: RuntimeDep
+) -> NatsCredentials:
+    """A fresh NATS user JWT for the agent's current key, proven by a signature of that key.
+
+    For an agent whose rotation answer was lost after the Console accepted the new key, or after
+    the fleet's signing keys were replaced."""
+    now = utcnow()
+    signed_at = body.signed_at if body.signed_at.tzinfo else body.signed_at.replace(tzinfo=UTC)
+    if abs((now - signed_at).total_seconds()) > runtime.settings.enroll_clock_skew_seconds:
+        raise BadRequestError("stale_signature", "the request was signed too long ago")
+    message = nats_credentials_message(
+        agent_id=agent_id, public_key=body.public_key, signed_at=body.signed_at
+    )
+    try:
+        verify(body.public_key, message, body.signature)
+    except SignatureError as exc:
+        raise UnauthorizedError("bad_signature", f"signature does not verify: {exc.why}") from exc
+    with Session(runtime.engine) as session:
+        agent = session.get(Agent, agent_id)
+    if agent is None or agent.nats_public_key != body.public_key or agent.revoked_at is not None:
+        raise UnauthorizedError(
+            "not_current_key",
+            "this key is not the current key of a live identity (released, rotated away or "
+            "revoked)",
+        )
+    return NatsCredentials(
+        agent_id=agent_id,
+        public_key=body.public_key,
+        nats_url=runtime.agent_nats_url,
+        nats_jwt=runtime.agent_jwt(agent_id, body.public_key),
+    )

@@ -1,0 +1,107 @@
+"""The Console's HTTP API as the agent uses it: enroll, and prove a rotated credential.
+
+Requests go through a :data:`agent.httpclient.Transport` (a plain function; tests pass one),
+run in a worker thread so the event loop never blocks. The default is the standard library's
+``urllib``: the agent talks HTTP rarely, and httpx's resident cost outlived enrollment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from agent.errors import BackendAnswerError, BackendUnreachableError
+from agent.httpclient import HttpRequest, Transport, TransportError, UrllibTransport
+from contracts.enrollment import EnrollRequest, EnrollResponse, ErrorBody, RotationProof
+
+__all__ = ["BackendClient", "EnrollAnswer"]
+
+log = logging.getLogger(__name__)
+
+ENROLL_PATH = "/api/v1/agents/enroll"
+
+
+def credentials_path(agent_id: str) -> str:
+    return f"/api/v1/agents/{agent_id}/credentials"
+
+
+class EnrollAnswer(BaseModel):
+    response: EnrollResponse
+    status: int
+
+
+class BackendClient:
+    """One Console base URL. ``transport`` replaces the network for tests."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        transport: Transport | None = None,
+        timeout: float = 15.0,
+        user_agent: str = "proxima-agent",
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._transport = transport
+        self._timeout = timeout
+        self._user_agent = user_agent
+
+    def _send(self) -> Transport:
+        if self._transport is None:
+            self._transport = UrllibTransport()
+        return self._transport
+
+    async def aclose(self) -> None:
+        """Nothing is held between calls; kept so callers need not know."""
+
+    async def _post(self, path: str, body: BaseModel) -> tuple[int, Any]:
+        request = HttpRequest(
+            "POST",
+            self.base_url + path,
+            headers={"content-type": "application/json", "user-agent": self._user_agent},
+            body=body.model_dump_json().encode(),
+            timeout=self._timeout,
+        )
+        try:
+            response = await asyncio.to_thread(self._send(), request)
+        except TransportError as e:
+            if e.detail == "timed out":
+                raise BackendUnreachableError(self.base_url, "timed out", refused=False) from None
+            raise BackendUnreachableError(self.base_url, e.detail, refused=e.refused) from None
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        return response.status, payload
+
+    def _answer_error(self, status: int, payload: Any) -> BackendAnswerError:
+        try:
+            body = ErrorBody.model_validate(payload)
+        except ValidationError:
+            detail = payload.get("detail") if isinstance(payload, dict) else None
+            return BackendAnswerError(
+                self.base_url, status, f"http_{status}", str(detail) if detail else ""
+            )
+        return BackendAnswerError(self.base_url, status, body.reason, body.message, body.agent_id)
+
+    async def enroll(self, request: EnrollRequest) -> EnrollAnswer:
+        """``POST /api/v1/agents/enroll``; 201 (new) or 200 (re-bound), else an error."""
+        status, payload = await self._post(ENROLL_PATH, request)
+        if status not in (200, 201):
+            raise self._answer_error(status, payload)
+        try:
+            response = EnrollResponse.model_validate(payload)
+        except ValidationError:
+            raise BackendAnswerError(
+                self.base_url, status, "bad_response", "the enrollment answer is not understood"
+            ) from None
+        return EnrollAnswer(response=response, status=status)
+
+    async def rotate_credentials(self, agent_id: str, proof: RotationProof) -> None:
+        """``POST /api/v1/agents/{id}/credentials``: the Console switches to the new key."""
+        status, payload = await self._post(credentials_path(agent_id), proof)
+        if status != 200:
+            raise self._answer_error(status, payload)

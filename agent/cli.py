@@ -1,0 +1,319 @@
+"""``proxima-agent``: ``run``, ``status``, ``version``.
+
+Every flag has a ``PROXIMA_*`` environment variable (see ``docs/agent.md``); a flag wins over
+its variable. Every failure exits non-zero with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+# Typer vendors click; its exceptions are only reachable under this private name.
+from typer._click import exceptions as click_errors
+
+from agent import __version__
+from agent.errors import AgentError, EnvironmentProblemError, ExitCode, NotEnrolledError
+from agent.settings import DEFAULT_DATA_DIR, ENV_PREFIX
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="proxima-agent",
+    help="Proxima fleet agent: enrolls with the Console, heartbeats over NATS, runs commands.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _env(name: str) -> str:
+    return f"[env: {ENV_PREFIX}{name}]"
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    sys.stderr.write(f"proxima-agent: error: {message}\n")
+    sys.stderr.flush()
+    raise SystemExit(code)
+
+
+@app.command()
+def run(
+    agent_type: Annotated[
+        str | None,
+        typer.Option(
+            "--agent-type",
+            help=f"host|k8s-node-monitor|k8s-cluster-collector (default host) {_env('AGENT_TYPE')}",
+        ),
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help=f"Agent name; default: the hostname {_env('AGENT_NAME')}"),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            help=f"Holds state.json (default /var/lib/proxima-agent) {_env('DATA_DIR')}",
+        ),
+    ] = None,
+    backend_url: Annotated[
+        str | None,
+        typer.Option("--backend-url", help=f"Console URL {_env('BACKEND_URL')}"),
+    ] = None,
+    install_token: Annotated[
+        str | None,
+        typer.Option(
+            "--install-token",
+            help=f"Install token (shows in ps: prefer env or file) {_env('INSTALL_TOKEN')}",
+        ),
+    ] = None,
+    install_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--install-token-file",
+            help=f"File with the install token, read per attempt {_env('INSTALL_TOKEN_FILE')}",
+        ),
+    ] = None,
+    host_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--host-root",
+            help=f"Where the host's / is mounted (default /) {_env('HOST_ROOT')}",
+        ),
+    ] = None,
+    heartbeat_interval: Annotated[
+        str | None,
+        typer.Option(
+            "--heartbeat-interval", help=f"e.g. 30s, 5m (default 30s) {_env('HEARTBEAT_INTERVAL')}"
+        ),
+    ] = None,
+    metrics_interval: Annotated[
+        str | None,
+        typer.Option("--metrics-interval", help=f"(default 60s) {_env('METRICS_INTERVAL')}"),
+    ] = None,
+    host_metrics: Annotated[
+        bool | None,
+        typer.Option(
+            "--host-metrics/--no-host-metrics",
+            help=f"Publish host metrics (default on) {_env('HOST_METRICS')}",
+            show_default=False,
+        ),
+    ] = None,
+    health_host: Annotated[
+        str | None,
+        typer.Option("--health-host", help=f"(default 127.0.0.1) {_env('HEALTH_HOST')}"),
+    ] = None,
+    health_port: Annotated[
+        int | None,
+        typer.Option(
+            "--health-port", help=f"(default 8181; 0 picks a free port) {_env('HEALTH_PORT')}"
+        ),
+    ] = None,
+    log_level: Annotated[
+        str | None,
+        typer.Option("--log-level", help=f"debug|info|warning|error {_env('LOG_LEVEL')}"),
+    ] = None,
+    log_format: Annotated[
+        str | None,
+        typer.Option("--log-format", help=f"plain|json {_env('LOG_FORMAT')}"),
+    ] = None,
+    labels: Annotated[
+        str | None,
+        typer.Option("--labels", help=f"k=v,k=v {_env('LABELS')}"),
+    ] = None,
+    enroll_backoff_max: Annotated[
+        str | None,
+        typer.Option(
+            "--enroll-backoff-max",
+            help=f"Longest enrollment retry wait (default 60s) {_env('ENROLL_BACKOFF_MAX')}",
+        ),
+    ] = None,
+    nats_reconnect_wait: Annotated[
+        str | None,
+        typer.Option(
+            "--nats-reconnect-wait",
+            help=f"First wait before reconnecting (default 1s) {_env('NATS_RECONNECT_WAIT')}",
+        ),
+    ] = None,
+    nats_reconnect_max_wait: Annotated[
+        str | None,
+        typer.Option(
+            "--nats-reconnect-max-wait",
+            help=f"Longest wait between reconnects (default 30s) {_env('NATS_RECONNECT_MAX_WAIT')}",
+        ),
+    ] = None,
+    nats_reconnect_jitter: Annotated[
+        float | None,
+        typer.Option(
+            "--nats-reconnect-jitter",
+            help=f"Random share of each wait, 0-1 (default 0.2) {_env('NATS_RECONNECT_JITTER')}",
+        ),
+    ] = None,
+    signing_public_key: Annotated[
+        str | None,
+        typer.Option(
+            "--signing-public-key",
+            help=f"Fleet build-signing key (base64url ed25519) {_env('SIGNING_PUBLIC_KEY')}",
+        ),
+    ] = None,
+    signing_public_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--signing-public-key-file",
+            help=f"File holding the signing key {_env('SIGNING_PUBLIC_KEY_FILE')}",
+        ),
+    ] = None,
+    program_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--program-path",
+            help=f"The build self_update replaces (default: the running zipapp) "
+            f"{_env('PROGRAM_PATH')}",
+        ),
+    ] = None,
+    update_health_timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--update-health-timeout",
+            help=f"How long a new build has to become healthy (default 60s) "
+            f"{_env('UPDATE_HEALTH_TIMEOUT')}",
+        ),
+    ] = None,
+) -> None:
+    """Enroll (once), then stay connected: heartbeats, host metrics, commands."""
+    from agent.logs import configure_logging
+    from agent.settings import build_settings
+
+    settings = build_settings(
+        agent_type=agent_type,
+        agent_name=name,
+        data_dir=data_dir,
+        backend_url=backend_url,
+        install_token=install_token,
+        install_token_file=install_token_file,
+        host_root=host_root,
+        heartbeat_interval=heartbeat_interval,
+        metrics_interval=metrics_interval,
+        host_metrics=host_metrics,
+        health_host=health_host,
+        health_port=health_port,
+        log_level=log_level,
+        log_format=log_format,
+        labels=labels,
+        enroll_backoff_max=enroll_backoff_max,
+        nats_reconnect_wait=nats_reconnect_wait,
+        nats_reconnect_max_wait=nats_reconnect_max_wait,
+        nats_reconnect_jitter=nats_reconnect_jitter,
+        signing_public_key=signing_public_key,
+        signing_public_key_file=signing_public_key_file,
+        program_path=program_path,
+        update_health_timeout=update_health_timeout,
+    )
+    mask = configure_logging(settings.log_level, settings.log_format)
+    if settings.install_token is not None:
+        mask.add(settings.install_token.get_secret_value())
+    _keep_websocket_client_out()
+    # Imported before anything runs: once a self_update has swapped the zipapp on disk, this
+    # process must not import from it again (zipimport would read the new file's bytes).
+    from agent.handover import TRIAL_ENV, exec_program, trial_parent
+    from agent.runtime import AgentRuntime
+
+    runtime = AgentRuntime(settings, trial=trial_parent(os.environ.get(TRIAL_ENV)))
+    asyncio.run(runtime.run())
+    if runtime.exec_request is not None:
+        try:
+            exec_program(runtime.exec_request)
+        except OSError as e:
+            from agent.handover import recover_failed_exec
+
+            recover_failed_exec(settings.data_dir, e)
+            raise EnvironmentProblemError(
+                f"exec {runtime.exec_request.argv[0]}", e.strerror or str(e)
+            ) from None
+
+
+def _keep_websocket_client_out() -> None:
+    """nats-py imports aiohttp when it is installed (for ws:// servers, which the agent does
+    not use): 12 MiB of resident memory for nothing. Make the optional import fail."""
+    sys.modules.setdefault("aiohttp", None)  # type: ignore[arg-type]
+
+
+@app.command()
+def status(
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help=f"(default /var/lib/proxima-agent) {_env('DATA_DIR')}"),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """Print this agent's identity from state.json (never the private key)."""
+    from agent.state import StateStore
+
+    # Only the data directory matters here: other (possibly broken) settings must not stop
+    # an operator from reading the identity.
+    directory = data_dir or Path(os.environ.get(f"{ENV_PREFIX}DATA_DIR") or DEFAULT_DATA_DIR)
+    store = StateStore(directory)
+    state = store.read()
+    if state is None:
+        raise NotEnrolledError(store.path)
+    view = {"state_file": str(store.path), **state.public_view()}
+    if as_json:
+        sys.stdout.write(json.dumps(view, indent=2) + "\n")
+        return
+    width = max(len(k) for k in view)
+    for key, value in view.items():
+        sys.stdout.write(f"{key:<{width}}  {'-' if value is None else value}\n")
+
+
+@app.command()
+def version(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """Print the agent version."""
+    if as_json:
+        from agent import build_info
+        from agent.handover import SELF_UPDATE_PROTOCOL
+
+        info = {
+            "version": __version__,
+            "self_update_protocol": SELF_UPDATE_PROTOCOL,
+            "build": build_info() or None,
+        }
+        sys.stdout.write(json.dumps(info) + "\n")
+        return
+    sys.stdout.write(f"proxima-agent {__version__}\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: one line on stderr and a non-zero exit for every failure."""
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=argv, prog_name="proxima-agent", standalone_mode=False)
+    except AgentError as e:
+        _fail(str(e), int(e.exit_code))
+    except click_errors.NoArgsIsHelpError as e:
+        sys.stdout.write(e.format_message() + "\n")
+        _fail("no command given: use run, status or version", int(ExitCode.CONFIG))
+    except click_errors.UsageError as e:
+        where = "proxima-agent"
+        if e.ctx is not None and e.ctx.info_name and e.ctx.info_name != "proxima-agent":
+            where = f"proxima-agent {e.ctx.info_name}"
+        _fail(f"{e.format_message()} (see {where} --help)", int(ExitCode.CONFIG))
+    except click_errors.ClickException as e:
+        _fail(e.format_message(), e.exit_code or int(ExitCode.CONFIG))
+    except (typer.Abort, EOFError):
+        _fail("aborted", 130)
+    except typer.Exit as e:
+        raise SystemExit(e.exit_code) from None
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+    except Exception as e:  # the last line of defence: still one line, still non-zero
+        _fail(f"internal error: {e.__class__.__name__}: {e}", int(ExitCode.INTERNAL))

@@ -1,0 +1,403 @@
+"""Commands from the Console: run each at most once, answer with a :class:`CommandResult`.
+
+Handled command ids live in ``<data-dir>/commands.json`` (the last :data:`LEDGER_LIMIT`), so a
+command sent again — by a retrying flow, or redelivered after a reconnect — is answered with the
+stored result instead of being run twice. A result that could not be published is kept and
+published on the next connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from agent.backend import BackendClient
+from agent.credentials import new_seed, public_key, rotation_proof
+from agent.errors import BackendAnswerError, BackendError
+from agent.files import write_atomic
+from agent.handover import ExecRequest
+from agent.selfupdate import SelfUpdater
+from agent.session import NatsSession
+from agent.signals import read_signals
+from agent.state import StateStore
+from contracts import subjects
+from contracts.messages import Command, CommandKind, CommandResult, CommandStatus
+
+__all__ = [
+    "LEDGER_FILE",
+    "CommandDispatcher",
+    "CommandLedger",
+    "CredentialRotation",
+    "Outcome",
+    "ping_handler",
+    "self_update_handler",
+]
+
+log = logging.getLogger(__name__)
+
+LEDGER_FILE = "commands.json"
+LEDGER_LIMIT = 256
+_QUEUE_LIMIT = 1024
+
+
+@dataclass
+class Outcome:
+    """What a handler decided; ``after`` runs once the result has been published.
+
+    ``status`` ``None`` means the result comes later from elsewhere (a ``self_update`` handed
+    over to the new build): nothing is published, the command stays open in the ledger, and the
+    dispatcher takes no further commands in this process.
+    """
+
+    status: CommandStatus | None
+    error: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+    after: Callable[[], None] | None = None
+
+
+Handler = Callable[[Command], Awaitable[Outcome]]
+
+
+class LedgerEntry(BaseModel):
+    command_id: str
+    kind: CommandKind
+    received_at: datetime
+    result: CommandResult | None = None
+    delivered: bool = False
+
+
+class LedgerFile(BaseModel):
+    agent_id: str
+    entries: list[LedgerEntry] = Field(default_factory=list)
+
+
+class CommandLedger:
+    """The bounded, persisted memory of command ids this identity has handled."""
+
+    def __init__(self, data_dir: Path, agent_id: str, limit: int = LEDGER_LIMIT) -> None:
+        self.path = data_dir / LEDGER_FILE
+        self.agent_id = agent_id
+        self.limit = limit
+        self._entries: dict[str, LedgerEntry] = {}
+
+    def load(self, *, keep_open: frozenset[str] = frozenset()) -> None:
+        """Read the ledger; commands cut short by a restart are recorded as failed, except those
+        in ``keep_open`` (a ``self_update`` carried across exec, concluded by the new build)."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            log.warning("cannot read command ledger %s: %s; starting empty", self.path, e)
+            return
+        try:
+            ledger = LedgerFile.model_validate_json(raw)
+        except ValidationError:
+            aside = self.path.with_name(f"{LEDGER_FILE}.corrupt-{int(time.time())}")
+            log.warning("command ledger %s is corrupt; moved it to %s", self.path, aside)
+            os.replace(self.path, aside)
+            return
+        if ledger.agent_id != self.agent_id:
+            log.info(
+                "command ledger %s belongs to agent %s; starting empty", self.path, ledger.agent_id
+            )
+            return
+        interrupted = False
+        for entry in ledger.entries:
+            if entry.result is None and entry.command_id not in keep_open:
+                interrupted = True
+                entry.result = CommandResult(
+                    command_id=entry.command_id,
+                    agent_id=self.agent_id,
+                    kind=entry.kind,
+                    status=CommandStatus.FAILED,
+                    finished_at=datetime.now(UTC),
+                    error="the agent restarted while the command was running",
+                )
+            self._entries[entry.command_id] = entry
+        if interrupted:
+            self._save()
+
+    def _save(self) -> None:
+        entries = list(self._entries.values())[-self.limit :]
+        self._entries = {e.command_id: e for e in entries}
+        data = LedgerFile(agent_id=self.agent_id, entries=entries)
+        write_atomic(self.path, data.model_dump_json().encode())
+
+    def get(self, command_id: str) -> LedgerEntry | None:
+        return self._entries.get(command_id)
+
+    def begin(self, command: Command) -> None:
+        self._entries[command.command_id] = LedgerEntry(
+            command_id=command.command_id, kind=command.kind, received_at=datetime.now(UTC)
+        )
+        self._save()
+
+    def finish(self, result: CommandResult) -> None:
+        entry = self._entries.get(result.command_id)
+        if entry is None:
+            # Its entry was lost (a corrupt ledger set aside): the result still counts.
+            entry = LedgerEntry(
+                command_id=result.command_id, kind=result.kind, received_at=result.finished_at
+            )
+            self._entries[result.command_id] = entry
+        entry.result = result
+        self._save()
+
+    def mark_delivered(self, command_id: str) -> None:
+        entry = self._entries.get(command_id)
+        if entry is not None and not entry.delivered:
+            entry.delivered = True
+            self._save()
+
+    def undelivered(self) -> list[CommandResult]:
+        return [e.result for e in self._entries.values() if e.result and not e.delivered]
+
+
+class CommandDispatcher:
+    """Takes messages from the session, runs handlers one at a time, publishes results."""
+
+    def __init__(
+        self, session: NatsSession, ledger: CommandLedger, handlers: Mapping[CommandKind, Handler]
+    ) -> None:
+        self.session = session
+        self.ledger = ledger
+        self.handlers = dict(handlers)
+        # None asks for undelivered results to be published (after a connection).
+        self._queue: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue()
+        self.executed: list[str] = []
+        self._handed_over = False
+        session.on_connected(self._on_connected)
+
+    def submit(self, subject: str, payload: bytes) -> None:
+        """Called from the NATS callback: never blocks, never runs a handler there."""
+        if self._queue.qsize() >= _QUEUE_LIMIT:
+            log.warning("dropping a command on %s: %d commands are queued", subject, _QUEUE_LIMIT)
+            return
+        self._queue.put_nowait((subject, payload))
+
+    def _on_connected(self) -> None:
+        self._queue.put_nowait(None)
+
+    async def run(self) -> None:
+        while not self._handed_over:
+            item = await self._queue.get()
+            try:
+                if item is None:
+                    for result in self.ledger.undelivered():
+                        await self._deliver(result)
+                else:
+                    await self._handle(*item)
+            except Exception:
+                log.exception("command handling failed")
+        if self._queue.qsize():
+            log.info(
+                "%d queued commands dropped: this process hands over to a new build",
+                self._queue.qsize(),
+            )
+
+    async def conclude(self, result: CommandResult) -> None:
+        """Record and publish the result of a command run by an earlier process (the build
+        that handed over, or the one that came back)."""
+        self.ledger.finish(result)
+        log.info(
+            "command %s (%s) %s%s",
+            result.command_id,
+            result.kind,
+            result.status,
+            f": {result.error}" if result.error else "",
+        )
+        await self._deliver(result)
+
+    async def _handle(self, subject: str, payload: bytes) -> None:
+        try:
+            command = Command.model_validate_json(payload)
+        except ValidationError as e:
+            problems = "; ".join(
+                f"{'.'.join(map(str, i['loc'])) or 'message'}: {i['msg']}"
+                for i in e.errors(include_input=False, include_url=False)
+            )
+            log.warning("ignoring a malformed command on %s: %s", subject, problems)
+            return
+        known = self.ledger.get(command.command_id)
+        if known is not None:
+            if known.result is None:
+                log.info(
+                    "command %s (%s) is already running; ignoring the duplicate",
+                    command.command_id,
+                    command.kind,
+                )
+                return
+            log.info(
+                "command %s (%s) was already handled (%s); publishing its stored result again",
+                command.command_id,
+                command.kind,
+                known.result.status,
+            )
+            await self._deliver(known.result)
+            return
+        self.ledger.begin(command)
+        log.info("command %s (%s) received", command.command_id, command.kind)
+        self.executed.append(command.command_id)
+        handler = self.handlers.get(command.kind)
+        if handler is None:
+            outcome = Outcome(
+                CommandStatus.REJECTED, error=f"{command.kind} not supported by this build"
+            )
+        else:
+            try:
+                outcome = await handler(command)
+            except Exception as e:
+                log.exception("command %s (%s) failed", command.command_id, command.kind)
+                outcome = Outcome(
+                    CommandStatus.FAILED, error=f"internal error: {e.__class__.__name__}"
+                )
+        if outcome.status is None:
+            self._handed_over = True
+            log.info(
+                "command %s (%s) continues in the next build", command.command_id, command.kind
+            )
+            if outcome.after is not None:
+                outcome.after()
+            return
+        result = CommandResult(
+            command_id=command.command_id,
+            agent_id=self.session.agent_id,
+            kind=command.kind,
+            status=outcome.status,
+            finished_at=datetime.now(UTC),
+            error=outcome.error,
+            detail=outcome.detail,
+        )
+        self.ledger.finish(result)
+        log.info(
+            "command %s (%s) %s%s",
+            command.command_id,
+            command.kind,
+            outcome.status,
+            f": {outcome.error}" if outcome.error else "",
+        )
+        await self._deliver(result)
+        if outcome.after is not None:
+            outcome.after()
+
+    async def _deliver(self, result: CommandResult) -> None:
+        subject = subjects.command_result(self.session.agent_id)
+        if await self.session.publish_confirmed(subject, result.model_dump_json().encode()):
+            self.ledger.mark_delivered(result.command_id)
+        else:
+            log.info(
+                "result of command %s not published yet; it is sent on the next nats connection",
+                result.command_id,
+            )
+
+
+def ping_handler(detail: Callable[[], dict[str, Any]]) -> Handler:
+    async def ping(command: Command) -> Outcome:
+        return Outcome(CommandStatus.SUCCEEDED, detail={"pong": True, **detail()})
+
+    return ping
+
+
+def self_update_handler(updater: SelfUpdater, hand_over: Callable[[ExecRequest], None]) -> Handler:
+    """``self_update``: a result now (rejected, failed, nothing to do), or a hand-over."""
+
+    async def self_update(command: Command) -> Outcome:
+        outcome = await updater.run(command)
+        if outcome.status is None:
+            request = outcome.exec_request
+            assert request is not None
+            return Outcome(None, after=lambda: hand_over(request))
+        return Outcome(outcome.status, error=outcome.error, detail=outcome.detail or {})
+
+    return self_update
+
+
+class CredentialRotation:
+    """``rotate_credentials``: a new key, proven by the old one, persisted before it is used.
+
+    The new seed is written as ``pending_seed`` before the Console hears of it. If the answer is
+    lost, the session tries the pending key when NATS refuses the old one, so a rotation the
+    Console applied is never lost with the process.
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        backend: Callable[[], BackendClient],
+        session: NatsSession,
+        *,
+        host_root: Path,
+        host_sys: Path | None = None,
+    ) -> None:
+        self.store = store
+        self.backend = backend
+        self.session = session
+        self.host_root = host_root
+        self.host_sys = host_sys
+
+    async def __call__(self, command: Command) -> Outcome:
+        nonce = command.args.get("nonce")
+        if not isinstance(nonce, str) or not 16 <= len(nonce) <= 128:
+            return Outcome(
+                CommandStatus.REJECTED,
+                error="rotate_credentials needs args.nonce: a string of 16 to 128 characters",
+            )
+        state = self.store.current
+        seed = new_seed()
+        new_public = public_key(seed)
+        self.store.update(pending_seed=seed)
+        proof = rotation_proof(
+            agent_id=state.agent_id,
+            nonce=nonce,
+            old_seed=state.seed.get_secret_value(),
+            new_seed=seed,
+            signals=read_signals(self.host_root, self.host_sys),
+        )
+        log.info("rotating credentials of agent %s: proposing key %s", state.agent_id, new_public)
+        try:
+            await self.backend().rotate_credentials(state.agent_id, proof)
+        except BackendAnswerError as e:
+            if self.store.current.public_key == new_public:
+                return self._done(new_public)
+            if e.definite:
+                self.store.update(pending_seed=None)
+                log.warning("credential rotation refused: %s; keeping the current key", e)
+                return Outcome(CommandStatus.FAILED, error=str(e))
+            return self._unknown(e)
+        except BackendError as e:
+            if self.store.current.public_key == new_public:
+                return self._done(new_public)
+            return self._unknown(e)
+        if self.store.current.public_key != new_public:
+            self.store.update(seed=seed, pending_seed=None, rotated_at=datetime.now(UTC))
+        return self._done(new_public)
+
+    def _done(self, new_public: str) -> Outcome:
+        log.info(
+            "credentials rotated for agent %s: key is now %s; reconnecting to nats",
+            self.store.current.agent_id,
+            new_public,
+        )
+        return Outcome(
+            CommandStatus.SUCCEEDED,
+            detail={"public_key": new_public},
+            after=lambda: self.session.use_current_credentials("credentials rotated"),
+        )
+
+    def _unknown(self, error: BackendError) -> Outcome:
+        log.warning(
+            "credential rotation outcome unknown: %s; the new key stays pending and is used if "
+            "nats refuses the current one",
+            error,
+        )
+        return Outcome(CommandStatus.FAILED, error=f"rotation outcome unknown: {error}")

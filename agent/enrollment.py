@@ -1,0 +1,236 @@
+"""Enrollment: prove a fresh nkey to the Console with an install token, persist the identity.
+
+Every failure is retried with backoff: a 409 may clear when the Console re-binds or an operator
+releases the old record, a 401 when the token Secret is fixed, a refused connection when the
+network is. The agent stays not-ready meanwhile and says why, once per backoff step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import SecretStr, ValidationError
+
+from agent.backend import BackendClient, EnrollAnswer
+from agent.backoff import Backoff, RetryLog
+from agent.credentials import new_seed, public_key, sign
+from agent.errors import AgentError, BackendAnswerError, BackendError
+from agent.health import Readiness
+from agent.signals import read_signals
+from agent.state import AgentState, StateStore
+from contracts.agent_types import AgentType
+from contracts.durations import format_duration
+from contracts.enrollment import EnrollRequest, IdentitySignals, enrollment_message
+
+__all__ = [
+    "Enroller",
+    "EnrollmentConfig",
+    "EnrollmentRequestError",
+    "InstallToken",
+    "InstallTokenError",
+]
+
+log = logging.getLogger(__name__)
+
+
+class InstallTokenError(AgentError):
+    """The install token file cannot be read (yet): retried, a Secret may be mounted late."""
+
+    def __init__(self, path: Path, detail: str) -> None:
+        super().__init__(f"install token file {path} cannot be read: {detail}")
+        self.path = path
+        self.summary = "install token file unreadable"
+
+
+class EnrollmentRequestError(AgentError):
+    """Our own request does not pass the contract (a too-short token, say): retried, since the
+    token file may be corrected."""
+
+    def __init__(self, error: ValidationError) -> None:
+        # Field names and messages only: input values could be the token.
+        problem = "; ".join(
+            f"{'.'.join(map(str, item['loc']))}: {item['msg']}"
+            for item in error.errors(include_input=False, include_url=False)
+        )
+        super().__init__(f"invalid enrollment request: {problem}")
+        self.summary = "invalid enrollment request"
+
+
+@dataclass(frozen=True)
+class InstallToken:
+    """The token itself, or a file holding it; the file is read again on every attempt so a
+    rotated Kubernetes Secret takes effect without a restart."""
+
+    value: SecretStr | None = None
+    file: Path | None = None
+
+    def read(self) -> str:
+        if self.value is not None:
+            return self.value.get_secret_value()
+        if self.file is None:
+            raise InstallTokenError(Path("-"), "no install token configured")
+        try:
+            text = self.file.read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise InstallTokenError(self.file, e.strerror or str(e)) from None
+        if not text:
+            raise InstallTokenError(self.file, "the file is empty")
+        return text
+
+
+@dataclass(frozen=True)
+class EnrollmentConfig:
+    agent_type: AgentType
+    name: str
+    backend_url: str
+    token: InstallToken
+    version: str
+    instance_id: str
+    can_self_update: bool
+    host_root: Path = Path("/")
+    host_sys: Path | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def _advice(error: BackendAnswerError) -> str:
+    if error.status == 409:
+        return (
+            "the Console shows the conflict; it clears when the old record is re-bound or released"
+        )
+    if error.status in (401, 403):
+        return "check the install token (a fixed token Secret is picked up on the next attempt)"
+    if 400 <= error.status < 500:
+        return "the Console refused the request"
+    return "the Console failed"
+
+
+class Enroller:
+    """Enrolls until it succeeds (or is cancelled) and writes the state file."""
+
+    def __init__(
+        self,
+        config: EnrollmentConfig,
+        backend: BackendClient,
+        store: StateStore,
+        readiness: Readiness,
+        *,
+        backoff: Backoff,
+        retry_log: RetryLog | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.config = config
+        self.backend = backend
+        self.store = store
+        self.readiness = readiness
+        self.backoff = backoff
+        self.retry_log = retry_log or RetryLog()
+        self._sleep = sleep
+        # One key pair per process, reused across attempts: a retry proves the same key.
+        self._seed = new_seed()
+        self.attempts = 0
+
+    def _request(self, signals: IdentitySignals) -> EnrollRequest:
+        cfg = self.config
+        public = public_key(self._seed)
+        signed_at = datetime.now(UTC)
+        message = enrollment_message(
+            agent_type=str(cfg.agent_type), name=cfg.name, public_key=public, signed_at=signed_at
+        )
+        try:
+            return EnrollRequest(
+                install_token=cfg.token.read(),
+                agent_type=cfg.agent_type,
+                name=cfg.name,
+                public_key=public,
+                signature=sign(self._seed, message),
+                signed_at=signed_at,
+                signals=signals,
+                version=cfg.version,
+                instance_id=cfg.instance_id,
+                can_self_update=cfg.can_self_update,
+                labels=cfg.labels,
+            )
+        except ValidationError as e:
+            raise EnrollmentRequestError(e) from None
+
+    async def enroll(self) -> AgentState:
+        cfg = self.config
+        signals = read_signals(cfg.host_root, cfg.host_sys)
+        log.info(
+            "enrolling %s agent %r with backend %s (identity signals: %s)",
+            cfg.agent_type,
+            cfg.name,
+            cfg.backend_url,
+            ", ".join(sorted(signals.present())) or "none",
+        )
+        attempt = 0
+        while True:
+            self.attempts += 1
+            try:
+                answer = await self.backend.enroll(self._request(signals))
+            except (BackendError, InstallTokenError, EnrollmentRequestError) as e:
+                await self._wait_after(e, attempt)
+                attempt += 1
+                continue
+            return self._persist(answer)
+
+    async def _wait_after(self, error: Exception, attempt: int) -> None:
+        step = self.backoff.step(attempt)
+        summary = getattr(error, "summary", str(error))
+        self.readiness.set_enrollment_problem(summary)
+        if self.retry_log.should_log(summary, step):
+            if isinstance(error, BackendAnswerError):
+                agent = f" (agent {error.agent_id})" if error.agent_id else ""
+                log.warning(
+                    "enrollment refused: %s%s: %s; retrying with backoff, next in %s",
+                    error,
+                    agent,
+                    _advice(error),
+                    format_duration(round(step, 3)),
+                )
+            else:
+                log.warning(
+                    "enrollment failed: %s; retrying with backoff, next in %s",
+                    error,
+                    format_duration(round(step, 3)),
+                )
+        await self._sleep(self.backoff.delay(attempt))
+
+    def _persist(self, answer: EnrollAnswer) -> AgentState:
+        cfg = self.config
+        response = answer.response
+        state = AgentState(
+            agent_id=response.agent_id,
+            agent_type=response.agent_type,
+            name=response.name,
+            seed=SecretStr(self._seed),
+            nats_url=response.nats_url,
+            backend_url=cfg.backend_url,
+            client_id=response.client_id,
+            environment_id=response.environment_id,
+            enrolled_at=datetime.now(UTC),
+        )
+        self.store.create(state)
+        self.readiness.mark_enrolled()
+        if response.rebound:
+            log.info(
+                "enrolled: re-bound to existing agent %s (%s %r) in environment %s",
+                response.agent_id,
+                response.agent_type,
+                response.name,
+                response.environment_id,
+            )
+        else:
+            log.info(
+                "enrolled as agent %s (%s %r) in environment %s",
+                response.agent_id,
+                response.agent_type,
+                response.name,
+                response.environment_id,
+            )
+        return state

@@ -1,0 +1,63 @@
+"""Durable small files: write to a temp file in the same directory, fsync, rename, fsync dir.
+
+A crash at any point leaves either the old content or the new one, never a torn file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["ensure_private_dir", "write_atomic"]
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes, *, mode: int = 0o600, exclusive: bool = False) -> None:
+    """Replace ``path`` with ``data``. With ``exclusive`` an existing file is never clobbered.
+
+    ``exclusive`` raises :class:`FileExistsError` when ``path`` exists, even when another
+    process created it between our check and our rename: the final step is ``link``, which
+    refuses an existing target atomically.
+    """
+    directory = path.parent
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if exclusive:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise
+            except OSError:
+                # Filesystems without hard links: a plain check-then-rename is the best we get.
+                if path.exists():
+                    raise FileExistsError(path) from None
+                os.replace(tmp, path)
+            else:
+                tmp.unlink()
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    _fsync_dir(directory)
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create ``path`` (mode 0700) if missing; an existing directory keeps its mode."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)

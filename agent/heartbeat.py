@@ -1,0 +1,93 @@
+"""The heartbeat, and the periodic loop every publisher runs in (see :mod:`agent.collectors`).
+
+Each sends once right after every (re)connection, then every interval. While disconnected they
+skip: a heartbeat is a statement about *now*, so queueing old ones would only mislead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from agent.session import NatsSession
+from contracts import subjects
+from contracts.agent_types import AgentType
+from contracts.messages import Heartbeat
+
+__all__ = ["HeartbeatInfo", "Ticker", "heartbeat_loop", "run_periodically"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HeartbeatInfo:
+    """What a heartbeat says about this process besides the time."""
+
+    instance_id: str
+    agent_type: AgentType
+    version: str
+    heartbeat_interval: float
+    metrics_interval: float | None
+    can_self_update: bool
+    labels: dict[str, str] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+
+
+class Ticker:
+    """Fires every ``interval`` and immediately when kicked (on each connection)."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._kick = asyncio.Event()
+
+    def kick(self) -> None:
+        self._kick.set()
+
+    async def wait(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._kick.wait(), self.interval)
+        self._kick.clear()
+
+
+async def run_periodically(
+    session: NatsSession, ticker: Ticker, send: Callable[[], Awaitable[bool]], what: str
+) -> None:
+    session.on_connected(ticker.kick)
+    while True:
+        await ticker.wait()
+        try:
+            sent = await send()
+        except Exception:
+            log.exception("%s failed", what)
+            continue
+        if not sent:
+            log.debug("%s skipped: nats not connected", what)
+
+
+def build_heartbeat(agent_id: str, info: HeartbeatInfo) -> Heartbeat:
+    return Heartbeat(
+        agent_id=agent_id,
+        instance_id=info.instance_id,
+        agent_type=info.agent_type,
+        version=info.version,
+        sent_at=datetime.now(UTC),
+        uptime_seconds=round(time.monotonic() - info.started, 3),
+        heartbeat_interval_seconds=info.heartbeat_interval,
+        metrics_interval_seconds=info.metrics_interval,
+        can_self_update=info.can_self_update,
+        labels=info.labels,
+    )
+
+
+async def heartbeat_loop(session: NatsSession, info: HeartbeatInfo) -> None:
+    async def send() -> bool:
+        agent_id = session.agent_id
+        beat = build_heartbeat(agent_id, info)
+        return await session.publish(subjects.heartbeat(agent_id), beat.model_dump_json().encode())
+
+    await run_periodically(session, Ticker(info.heartbeat_interval), send, "heartbeat")

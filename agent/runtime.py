@@ -1,0 +1,549 @@
+"""The agent process: load or enroll the identity, serve health, keep NATS, run the loops.
+
+:class:`AgentRuntime` takes settings and (for tests) an HTTP transport and a collector factory;
+:meth:`AgentRuntime.run` returns when :meth:`AgentRuntime.stop` is called, SIGTERM/SIGINT arrive,
+or the process is to be replaced: then :attr:`AgentRuntime.exec_request` says by what (the new
+build of a ``self_update``, or the old one coming back), and the CLI execs it.
+
+With ``trial=True`` it is a build under trial (:mod:`agent.selfupdate`): it loads the identity,
+serves health on a port of its own and connects to NATS, and does nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agent import __version__
+from agent.backend import BackendClient
+from agent.backoff import Backoff
+from agent.collectors import CollectorFactory, collector_loop, default_collectors
+from agent.commands import (
+    CommandDispatcher,
+    CommandLedger,
+    CredentialRotation,
+    ping_handler,
+    self_update_handler,
+)
+from agent.enrollment import Enroller, EnrollmentConfig, InstallToken
+from agent.errors import ConfigError, EnvironmentProblemError
+from agent.files import ensure_private_dir
+from agent.handover import (
+    TRIAL_PORT_FILE,
+    ExecRequest,
+    MarkerStore,
+    StartDecision,
+    UpdateMarker,
+    decide_at_start,
+    roll_back,
+    unhealthy_error,
+)
+from agent.health import HealthServer, Readiness
+from agent.heartbeat import HeartbeatInfo, heartbeat_loop
+from agent.host import use_host_procfs
+from agent.program import ProgramFiles, self_update_blocker
+from agent.selfupdate import SelfUpdater
+from agent.session import NatsSession, ReconnectPolicy
+from agent.settings import AgentSettings, setting_label
+from agent.signatures import load_signing_key
+from agent.state import AgentState, StateStore
+from contracts.durations import format_duration
+from contracts.messages import CommandKind, CommandResult, CommandStatus
+
+if TYPE_CHECKING:
+    from agent.httpclient import Transport
+
+__all__ = ["AgentRuntime"]
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = "agent.lock"
+
+
+class AgentRuntime:
+    def __init__(
+        self,
+        settings: AgentSettings,
+        *,
+        backend_transport: Transport | None = None,
+        instance_id: str | None = None,
+        enroll_backoff: Backoff | None = None,
+        collectors: CollectorFactory = default_collectors,
+        program_files: ProgramFiles | None = None,
+        trial: tuple[int, float] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.instance_id = instance_id or uuid.uuid4().hex
+        self.readiness = Readiness()
+        self.store = StateStore(settings.data_dir)
+        self.health: HealthServer | None = None
+        self.session: NatsSession | None = None
+        self.dispatcher: CommandDispatcher | None = None
+        self.ledger: CommandLedger | None = None
+        self.started = time.monotonic()
+        self.signing_key = load_signing_key(
+            settings.signing_public_key, settings.signing_public_key_file
+        )
+        self.program = SelfUpdater.program_for(settings.program_path)
+        self.self_update_blocker = self_update_blocker(
+            settings.agent_type, self.program, signing_key=self.signing_key is not None
+        )
+        self.can_self_update = self.self_update_blocker is None
+        self.program_files = program_files or ProgramFiles()
+        self.markers = MarkerStore(settings.data_dir)
+        self.trial = trial
+        self.exec_request: ExecRequest | None = None
+        self._probation: tuple[UpdateMarker, float] | None = None
+        self._pending_results: list[CommandResult] = []
+        self._collectors = collectors
+        self._backend_transport = backend_transport
+        self._backend: BackendClient | None = None
+        self._enroll_backoff = enroll_backoff
+        self._stop = asyncio.Event()
+        self._lock_fd: int | None = None
+
+    # -- setup ----------------------------------------------------------------------------
+
+    def _backend_url(self, state: AgentState | None) -> str:
+        if self.settings.backend_url:
+            return self.settings.backend_url
+        if state is not None:
+            return state.backend_url
+        raise ConfigError(setting_label("backend_url"), "required to enroll (no state file yet)")
+
+    def backend(self) -> BackendClient:
+        if self._backend is None:
+            self._backend = BackendClient(
+                self._backend_url(self.store.loaded),
+                transport=self._backend_transport,
+                user_agent=f"proxima-agent/{__version__}",
+            )
+        return self._backend
+
+    def _install_token(self) -> InstallToken:
+        s = self.settings
+        if s.install_token is None and s.install_token_file is None:
+            raise ConfigError(
+                f"{setting_label('install_token')} or {setting_label('install_token_file')}",
+                "an install token is required to enroll (no state file yet)",
+            )
+        return InstallToken(value=s.install_token, file=s.install_token_file)
+
+    def _prepare_data_dir(self) -> None:
+        data_dir = self.settings.data_dir
+        try:
+            ensure_private_dir(data_dir)
+        except OSError as e:
+            raise EnvironmentProblemError(
+                f"data directory {data_dir}", e.strerror or str(e)
+            ) from None
+        if not os.access(data_dir, os.W_OK | os.X_OK):
+            raise EnvironmentProblemError(f"data directory {data_dir}", "not writable")
+
+    def _warn_if_shared(self, data_dir: Path) -> None:
+        """Two processes on one data directory share one identity: say so loudly, but run —
+        the Console flags the pair from their instance ids and the operator decides."""
+        path = data_dir / LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as e:
+            log.debug("cannot open %s: %s", path, e)
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            log.warning(
+                "another agent process is using data directory %s: two agents on one data "
+                "directory share one identity; give each agent its own data directory",
+                data_dir,
+            )
+            os.close(fd)
+            return
+        self._lock_fd = fd
+
+    # -- run ------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def request_exec(self, request: ExecRequest) -> None:
+        """Stop cleanly (NATS drained, health server closed), then let the CLI exec."""
+        self.exec_request = request
+        self.stop()
+
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        log.info("received %s: stopping", sig.name)
+        self.stop()
+
+    async def run(self, *, install_signal_handlers: bool = True) -> None:
+        s = self.settings
+        if self.trial is not None:
+            await self._run_trial(install_signal_handlers=install_signal_handlers)
+            return
+        self._prepare_data_dir()
+        state = self.store.load(expected_type=s.agent_type)
+        self._warn_if_shared(s.data_dir)
+        if state is None:
+            # Fail fast on what enrolling needs, before binding anything.
+            self._install_token()
+            self._backend_url(None)
+        else:
+            self._open_ledger(state)
+            if self.exec_request is not None:
+                self._release_lock()
+                return
+        use_host_procfs(s.host_proc)
+        log.info(
+            "proxima-agent %s starting: type %s, data dir %s, instance %s, self-update %s",
+            __version__,
+            s.agent_type,
+            s.data_dir,
+            self.instance_id,
+            "possible" if self.can_self_update else f"not possible ({self.self_update_blocker})",
+        )
+        if install_signal_handlers:
+            self._install_signal_handlers()
+        self.health = HealthServer(self.readiness, s.health_host, s.health_port, s.data_dir)
+        await self.health.start()
+        try:
+            if state is None:
+                state = await self._until_stopped(self._enroll())
+                if state is None:
+                    return
+                self._open_ledger(state)
+            else:
+                self.readiness.mark_enrolled()
+                self._note_identity(state)
+            await self._serve(state)
+        finally:
+            await self._shutdown()
+
+    # -- updates across exec --------------------------------------------------------------
+
+    def _open_ledger(self, state: AgentState) -> None:
+        """Load the command ledger, settling an update marker left by the previous build."""
+        ledger = CommandLedger(self.settings.data_dir, state.agent_id)
+        self.ledger = ledger
+        marker = self.markers.read()
+        if marker is None:
+            ledger.load()
+            return
+        ledger.load(keep_open=frozenset({marker.command_id}))
+        known = ledger.get(marker.command_id)
+        decision = decide_at_start(
+            marker,
+            version=__version__,
+            concluded=known is not None and known.result is not None,
+            store=self.markers,
+            files=self.program_files,
+        )
+        self._apply(decision)
+
+    def _apply(self, decision: StartDecision) -> None:
+        marker = decision.marker
+        assert marker is not None
+        if decision.exec_request is not None:
+            self.exec_request = decision.exec_request
+            return
+        if decision.failure is not None:
+            self._pending_results.append(
+                CommandResult(
+                    command_id=marker.command_id,
+                    agent_id=self.ledger.agent_id if self.ledger else "",
+                    kind=CommandKind.SELF_UPDATE,
+                    status=CommandStatus.FAILED,
+                    finished_at=datetime.now(UTC),
+                    error=decision.failure,
+                    detail=marker.failure_detail(),
+                )
+            )
+            assert self.ledger is not None
+            # Recorded before the marker goes: a crash in between only repeats the cleanup.
+            self.ledger.finish(self._pending_results[-1])
+            log.warning("self_update to %s failed: %s", marker.new_version, decision.failure)
+        if decision.remove_backup:
+            with contextlib.suppress(OSError):
+                self.program_files.remove(marker.backup)
+        if decision.remove_marker:
+            self.markers.remove()
+        if decision.probation_seconds is not None:
+            log.info(
+                "self_update: %s took over from %s; healthy within %s or %s comes back",
+                marker.new_version,
+                marker.old_version,
+                format_duration(round(decision.probation_seconds, 1)),
+                marker.old_version,
+            )
+            self._probation = (marker, decision.probation_seconds)
+
+    async def _probation_watch(self, marker: UpdateMarker, seconds: float) -> None:
+        """The new build after a hand-over: report success once healthy, else go back."""
+        deadline = time.monotonic() + seconds
+        while self.readiness.reason() is not None:
+            if time.monotonic() >= deadline:
+                error = unhealthy_error(marker)
+                outcome = roll_back(marker, self.markers, self.program_files, error)
+                if isinstance(outcome, ExecRequest):
+                    self.request_exec(outcome)
+                    return
+                await self._conclude(marker, CommandStatus.FAILED, outcome)
+                return
+            await asyncio.sleep(0.05)
+        await self._conclude(marker, CommandStatus.SUCCEEDED, None)
+
+    async def _conclude(
+        self, marker: UpdateMarker, status: CommandStatus, error: str | None
+    ) -> None:
+        assert self.dispatcher is not None
+        result = CommandResult(
+            command_id=marker.command_id,
+            agent_id=self.dispatcher.session.agent_id,
+            kind=CommandKind.SELF_UPDATE,
+            status=status,
+            finished_at=datetime.now(UTC),
+            error=error,
+            detail=marker.success_detail()
+            if status is CommandStatus.SUCCEEDED
+            else marker.failure_detail(),
+        )
+        self.dispatcher.ledger.finish(result)
+        if status is CommandStatus.SUCCEEDED:
+            with contextlib.suppress(OSError):
+                self.program_files.remove(marker.backup)
+            log.info(
+                "self_update complete: %s -> %s (took %.1fs)",
+                marker.old_version,
+                marker.new_version,
+                (datetime.now(UTC) - marker.started_at).total_seconds(),
+            )
+        self.markers.remove()
+        self._probation = None
+        await self.dispatcher.conclude(result)
+
+    # -- trial ----------------------------------------------------------------------------
+
+    async def _run_trial(self, *, install_signal_handlers: bool) -> None:
+        """A new build proving itself for the build that runs now: identity, health, NATS."""
+        s = self.settings
+        assert self.trial is not None
+        parent, ttl = self.trial
+        state = self.store.load(expected_type=s.agent_type)
+        if state is None:
+            raise EnvironmentProblemError("update trial", f"no state file in {s.data_dir}")
+        log.info(
+            "proxima-agent %s update trial for agent %s: health and nats only, no heartbeats",
+            __version__,
+            state.agent_id,
+        )
+        if install_signal_handlers:
+            self._install_signal_handlers()
+        self.readiness.mark_enrolled()
+        self.health = HealthServer(
+            self.readiness, "127.0.0.1", 0, s.data_dir, port_file=TRIAL_PORT_FILE
+        )
+        await self.health.start()
+        policy = ReconnectPolicy(wait=0.2, max_wait=1.0, jitter=s.nats_reconnect_jitter)
+        session = NatsSession(
+            self.store, self.readiness, policy=policy, on_message=lambda *_: None, trial=True
+        )
+        self.session = session
+        task = asyncio.create_task(session.run(), name="nats-session")
+        until = time.monotonic() + ttl
+        try:
+            # Never outlive the agent that started us, nor the trial's time.
+            while not self._stop.is_set() and os.getppid() == parent:
+                if time.monotonic() >= until or task.done():
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), 0.2)
+        finally:
+            await session.stop()
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, policy.drain_timeout + 1)
+            await self.health.close()
+            log.info("update trial stopped")
+
+    async def _until_stopped(self, work: Any) -> Any:
+        """Run ``work`` unless stop comes first; ``None`` when stopped."""
+        task = asyncio.ensure_future(work)
+        stopper = asyncio.ensure_future(self._stop.wait())
+        try:
+            done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return None
+
+    async def _enroll(self) -> AgentState:
+        s = self.settings
+        backend = self.backend()
+        backoff = self._enroll_backoff or Backoff(
+            initial=min(1.0, s.enroll_backoff_max), maximum=s.enroll_backoff_max
+        )
+        config = EnrollmentConfig(
+            agent_type=s.agent_type,
+            name=s.name,
+            backend_url=backend.base_url,
+            token=self._install_token(),
+            version=__version__,
+            instance_id=self.instance_id,
+            can_self_update=self.can_self_update,
+            host_root=s.host_root,
+            host_sys=s.host_sys,
+            labels=s.labels,
+        )
+        enroller = Enroller(config, backend, self.store, self.readiness, backoff=backoff)
+        state = await enroller.enroll()
+        # Not needed again unless credentials rotate: free the HTTP client meanwhile.
+        await backend.aclose()
+        return state
+
+    def _note_identity(self, state: AgentState) -> None:
+        s = self.settings
+        log.info(
+            "using identity of agent %s (%s %r) from %s",
+            state.agent_id,
+            state.agent_type,
+            state.name,
+            self.store.path,
+        )
+        if s.agent_name and s.agent_name != state.name:
+            log.warning(
+                "configured name %r differs from the enrolled name %r; the enrolled identity "
+                "is kept (names are fixed at enrollment)",
+                s.agent_name,
+                state.name,
+            )
+        if state.pending_seed is not None:
+            log.info("a credential rotation was in flight when the agent stopped")
+
+    async def _serve(self, state: AgentState) -> None:
+        s = self.settings
+        policy = ReconnectPolicy(
+            wait=s.nats_reconnect_wait,
+            max_wait=s.nats_reconnect_max_wait,
+            jitter=s.nats_reconnect_jitter,
+        )
+        session = NatsSession(
+            self.store, self.readiness, policy=policy, on_message=self._on_message
+        )
+        self.session = session
+        ledger = self.ledger
+        assert ledger is not None
+        updater = SelfUpdater(
+            agent_type=s.agent_type,
+            version=__version__,
+            data_dir=s.data_dir,
+            signing_key=self.signing_key,
+            program=self.program,
+            health_timeout=s.update_health_timeout,
+            files=self.program_files,
+        )
+        rotation = CredentialRotation(
+            self.store, self.backend, session, host_root=s.host_root, host_sys=s.host_sys
+        )
+        self.dispatcher = CommandDispatcher(
+            session,
+            ledger,
+            {
+                CommandKind.PING: ping_handler(self._ping_detail),
+                CommandKind.ROTATE_CREDENTIALS: rotation,
+                CommandKind.SELF_UPDATE: self_update_handler(updater, self.request_exec),
+            },
+        )
+        collectors = self._collectors(s, state)
+        info = HeartbeatInfo(
+            instance_id=self.instance_id,
+            agent_type=state.agent_type,
+            version=__version__,
+            heartbeat_interval=s.heartbeat_interval,
+            metrics_interval=s.metrics_interval if collectors else None,
+            can_self_update=self.can_self_update,
+            labels=s.labels,
+            started=self.started,
+        )
+        log.info(
+            "heartbeat every %s; %s",
+            format_duration(s.heartbeat_interval),
+            ", ".join(f"{c.name} every {format_duration(c.interval)}" for c in collectors)
+            or "no collectors",
+        )
+        tasks = [
+            asyncio.create_task(session.run(), name="nats-session"),
+            asyncio.create_task(self.dispatcher.run(), name="commands"),
+            asyncio.create_task(heartbeat_loop(session, info), name="heartbeat"),
+        ]
+        for collector in collectors:
+            tasks.append(
+                asyncio.create_task(collector_loop(session, collector), name=collector.name)
+            )
+        if self._probation is not None:
+            tasks.append(
+                asyncio.create_task(self._probation_watch(*self._probation), name="probation")
+            )
+        stopper = asyncio.create_task(self._stop.wait(), name="stop")
+        try:
+            pending = {*tasks, stopper}
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if task is not stopper and not task.cancelled() and task.exception():
+                        raise task.exception()  # type: ignore[misc]
+                # A finished probation watch or a dispatcher that handed over is no reason
+                # to stop; only the stop event (or a failure) is.
+                if stopper in done:
+                    break
+        finally:
+            await session.stop()
+            session_task = tasks[0]
+            for task in tasks[1:]:
+                task.cancel()
+            stopper.cancel()
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
+                await asyncio.wait_for(session_task, policy.drain_timeout + 1)
+            await asyncio.gather(*tasks[1:], stopper, return_exceptions=True)
+
+    def _on_message(self, subject: str, payload: bytes) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.submit(subject, payload)
+
+    def _ping_detail(self) -> dict[str, Any]:
+        return {
+            "instance_id": self.instance_id,
+            "version": __version__,
+            "uptime_seconds": round(time.monotonic() - self.started, 3),
+        }
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    async def _shutdown(self) -> None:
+        if self._backend is not None:
+            await self._backend.aclose()
+        if self.health is not None:
+            await self.health.close()
+        self._release_lock()
+        log.info(
+            "proxima-agent stopped" if self.exec_request is None else "proxima-agent handing over"
+        )

@@ -1,0 +1,441 @@
+"""The NATS session: one connection per agent identity, kept alive by a supervisor we own.
+
+nats-py's built-in reconnect is switched off. It would retry a refused key forever without
+telling us, and we need to act on that refusal: report it on ``/readyz``, fall back to a
+pending rotated key, and reconnect with new credentials after a rotation. Instead the supervisor
+below connects, waits for the connection to close, and connects again with an explicit
+:class:`ReconnectPolicy`. Subscriptions are made again on every connection.
+
+States (:class:`SessionState`)::
+
+    idle → connecting → connected → disconnected → connecting → …
+                     ↘ unauthorized (key refused) → connecting → …
+    any → closed (stop)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import nats
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from agent.backoff import Backoff, RetryLog
+from agent.credentials import public_key
+from agent.errors import NatsAuthorizationError, NatsConnectError
+from agent.health import Readiness
+from agent.state import StateStore
+from contracts import subjects
+from contracts.durations import format_duration
+
+__all__ = ["NatsSession", "ReconnectPolicy", "SessionState"]
+
+log = logging.getLogger(__name__)
+
+_AUTH_VIOLATION = "authorization violation"
+# Errors that just mean "the connection went away": the supervisor reports those itself.
+_DISCONNECT_ERRORS: tuple[type[BaseException], ...] = (
+    nats.errors.UnexpectedEOF,
+    nats.errors.ConnectionClosedError,
+    nats.errors.StaleConnectionError,
+    OSError,
+    asyncio.TimeoutError,
+)
+
+
+class SessionState(StrEnum):
+    IDLE = "idle"
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    DISCONNECTED = "disconnected"
+    UNAUTHORIZED = "unauthorized"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class ReconnectPolicy:
+    """Every knob of reconnection, named. ``max_attempts=None`` retries forever."""
+
+    wait: float = 1.0
+    max_wait: float = 30.0
+    jitter: float = 0.2
+    max_attempts: int | None = None
+    connect_timeout: float = 5.0
+    ping_interval: float = 20.0
+    max_outstanding_pings: int = 3
+    drain_timeout: float = 5.0
+
+    def backoff(self) -> Backoff:
+        return Backoff(initial=self.wait, maximum=self.max_wait, jitter=self.jitter)
+
+
+def display_url(url: str) -> str:
+    """``url`` without any user:password part, for logs."""
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        if parts.port:
+            host = f"{host}:{parts.port}"
+        return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return url
+
+
+def _describe(error: BaseException | None) -> str:
+    if error is None:
+        return "no server available"
+    text = str(error).strip() or error.__class__.__name__
+    return text.removeprefix("nats: ").strip("'")
+
+
+async def _first(*events: asyncio.Event) -> None:
+    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
+class NatsSession:
+    """Keeps this agent connected; publishes only under its own subject prefix."""
+
+    def __init__(
+        self,
+        store: StateStore,
+        readiness: Readiness,
+        *,
+        policy: ReconnectPolicy,
+        on_message: Callable[[str, bytes], None],
+        retry_log: RetryLog | None = None,
+        trial: bool = False,
+    ) -> None:
+        self.store = store
+        # A build under trial proves it can connect with the identity, and nothing more: it
+        # subscribes to nothing (commands belong to the running agent) and writes no state.
+        self.trial = trial
+        self.readiness = readiness
+        self.policy = policy
+        self._on_message = on_message
+        self._retry_log = retry_log or RetryLog()
+        self._client: Client | None = None
+        self._closed: asyncio.Event | None = None  # set when ``_client`` has closed
+        self._key: str | None = None  # public key of the live connection
+        self._state = SessionState.IDLE
+        self._stop = asyncio.Event()
+        self._reconnect = asyncio.Event()
+        self._reconnect_reason = ""
+        self._connected = asyncio.Event()
+        self._on_connected: list[Callable[[], None]] = []
+        self.connects = 0  # connections made
+        self.attempts = 0  # connect attempts, successful or not
+
+    # -- public surface -------------------------------------------------------------------
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
+    def connected_key(self) -> str | None:
+        """Public key of the live connection, ``None`` when not connected."""
+        return self._key if self._state is SessionState.CONNECTED else None
+
+    @property
+    def agent_id(self) -> str:
+        return self.store.current.agent_id
+
+    def on_connected(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` after every (re)connection, once subscriptions are in place."""
+        self._on_connected.append(callback)
+
+    async def wait_connected(self) -> None:
+        await self._connected.wait()
+
+    def request_reconnect(self, reason: str) -> None:
+        """Drop the connection and connect again with the credentials now in the state."""
+        self._reconnect_reason = reason
+        self._reconnect.set()
+
+    def use_current_credentials(self, reason: str) -> None:
+        """Reconnect if the live connection still uses a key other than the state's.
+
+        After a rotation the Console usually cuts the old connection itself, and the session
+        has already come back with the new key; then there is nothing to do.
+        """
+        if self._client is not None and self._key != self.store.current.public_key:
+            self.request_reconnect(reason)
+
+    async def stop(self) -> None:
+        self._stop.set()
+
+    def _check_subject(self, subject: str) -> None:
+        prefix = subjects.agent_prefix(self.agent_id) + "."
+        if not subject.startswith(prefix):
+            raise ValueError(f"agent may publish only under {prefix}>, not {subject}")
+
+    async def publish(self, subject: str, payload: bytes) -> bool:
+        """Queue ``payload`` on ``subject``; ``False`` when not connected."""
+        self._check_subject(subject)
+        client = self._client
+        if client is None or self._state is not SessionState.CONNECTED:
+            return False
+        try:
+            await client.publish(subject, payload)
+        except (nats.errors.Error, OSError) as e:
+            log.debug("nats publish to %s failed: %s", subject, e)
+            return False
+        return True
+
+    async def publish_confirmed(self, subject: str, payload: bytes, wait: float = 5.0) -> bool:
+        """Publish and wait until the server has seen it (a flush round trip)."""
+        client, closed = self._client, self._closed
+        if client is None or closed is None or not await self.publish(subject, payload):
+            return False
+        # nats-py's flush does not notice a connection that dies under it: race the two.
+        flush = asyncio.ensure_future(client.flush(timeout=max(1, round(wait))))
+        gone = asyncio.ensure_future(closed.wait())
+        try:
+            await asyncio.wait({flush, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not flush.done():
+            flush.cancel()
+            log.debug("nats connection closed before publish to %s was confirmed", subject)
+            return False
+        error = flush.exception()
+        if error is not None:
+            log.debug("nats flush after publish to %s failed: %s", subject, error)
+            return False
+        return True
+
+    # -- supervisor -----------------------------------------------------------------------
+
+    def _set_state(self, state: SessionState, problem: str | None = None) -> None:
+        if state is not self._state:
+            log.debug("nats session %s -> %s", self._state, state)
+        self._state = state
+        if state is SessionState.CONNECTED:
+            self._connected.set()
+            self.readiness.set_nats(True)
+        else:
+            self._connected.clear()
+            self.readiness.set_nats(False, problem)
+
+    async def run(self) -> None:
+        """Connect, stay connected, reconnect; returns after :meth:`stop`."""
+        backoff = self.policy.backoff()
+        attempt = 0
+        ever_connected = False
+        self._set_state(SessionState.CONNECTING, "nats connecting")
+        try:
+            while not self._stop.is_set():
+                url = self.store.current.nats_url
+                try:
+                    client, closed = await self._connect_current()
+                except NatsAuthorizationError:
+                    step = backoff.step(attempt)
+                    self._set_state(
+                        SessionState.UNAUTHORIZED,
+                        "nats authorization refused: identity revoked, released or rotated",
+                    )
+                    if self._retry_log.should_log("unauthorized", step):
+                        log.error(
+                            "nats authorization refused for agent %s at %s (Authorization "
+                            "Violation): the identity was revoked, released or rotated in the "
+                            "Console; retrying with backoff, next in %s",
+                            self.agent_id,
+                            display_url(url),
+                            format_duration(round(step, 3)),
+                        )
+                except NatsConnectError as e:
+                    step = backoff.step(attempt)
+                    self._set_state(SessionState.DISCONNECTED, f"nats unreachable: {e.detail}")
+                    if self._retry_log.should_log(f"unreachable {e.detail}", step):
+                        log.warning(
+                            "nats connect to %s failed: %s; retrying with backoff, next in %s",
+                            display_url(url),
+                            e.detail,
+                            format_duration(round(step, 3)),
+                        )
+                else:
+                    attempt = 0
+                    self._retry_log.reset()
+                    verb = "reconnected" if ever_connected else "connected"
+                    ever_connected = True
+                    deliberate = await self._hold(client, closed, verb)
+                    if self._stop.is_set():
+                        break
+                    if deliberate:
+                        # New credentials: connect again right away.
+                        continue
+                if self.policy.max_attempts is not None and attempt >= self.policy.max_attempts:
+                    log.error("nats: giving up after %d attempts", attempt)
+                    break
+                delay = backoff.delay(attempt)
+                attempt += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
+        finally:
+            self._set_state(SessionState.CLOSED, "nats closed: agent stopping")
+
+    async def _hold(self, client: Client, closed: asyncio.Event, verb: str) -> bool:
+        """Serve one live connection until it closes, a reconnect is asked for, or stop.
+
+        Returns whether the connection was dropped on purpose (a reconnect was asked for).
+        """
+        url = self.store.current.nats_url
+        self.connects += 1
+        self._client, self._closed = client, closed
+        try:
+            if not self.trial:
+                await self._subscribe(client)
+            else:
+                await client.flush(timeout=max(1, round(self.policy.connect_timeout)))
+        except (TimeoutError, nats.errors.Error, OSError) as e:
+            log.warning("nats subscribe failed on %s: %s", display_url(url), _describe(e))
+            self._client, self._closed = None, None
+            await self._close(client)
+            self._set_state(SessionState.DISCONNECTED, f"nats subscribe failed: {_describe(e)}")
+            return False
+        log.info(
+            "nats %s to %s as agent %s (key %s)",
+            verb,
+            display_url(url),
+            self.agent_id,
+            self.store.current.public_key,
+        )
+        self._set_state(SessionState.CONNECTED)
+        for callback in self._on_connected:
+            try:
+                callback()
+            except Exception:
+                log.exception("on-connected callback failed")
+        await _first(closed, self._reconnect, self._stop)
+        self._client, self._closed, self._key = None, None, None
+        if self._stop.is_set():
+            self._set_state(SessionState.CLOSED, "nats closed: agent stopping")
+            await self._drain(client)
+            log.info("nats connection to %s closed: agent stopping", display_url(url))
+            return False
+        if self._reconnect.is_set() and not closed.is_set():
+            self._set_state(SessionState.CONNECTING, "nats reconnecting")
+            log.info("nats reconnecting to %s: %s", display_url(url), self._reconnect_reason)
+            await self._close(client)
+            return True
+        reason = _describe(client.last_error)
+        self._set_state(SessionState.DISCONNECTED, f"nats disconnected: {reason}")
+        log.warning("nats disconnected from %s: %s; reconnecting", display_url(url), reason)
+        return False
+
+    async def _subscribe(self, client: Client) -> None:
+        async def deliver(msg: Msg) -> None:
+            self._on_message(msg.subject, msg.data)
+
+        base = subjects.commands(self.agent_id)
+        await client.subscribe(base, cb=deliver)
+        await client.subscribe(f"{base}.>", cb=deliver)
+        await client.flush(timeout=max(1, round(self.policy.connect_timeout)))
+
+    async def _close(self, client: Client) -> None:
+        with contextlib.suppress(Exception):
+            await client.close()
+
+    async def _drain(self, client: Client) -> None:
+        try:
+            await asyncio.wait_for(client.drain(), self.policy.drain_timeout)
+        except Exception:
+            await self._close(client)
+
+    async def _connect_current(self) -> tuple[Client, asyncio.Event]:
+        """Connect with the state's key; if it is refused and a rotation is pending, try the
+        pending key and promote it when the server takes it."""
+        state = self.store.current
+        self.attempts += 1
+        self._reconnect.clear()
+        self._reconnect_reason = ""
+        try:
+            connected = await self._connect(state.nats_url, state.seed.get_secret_value())
+        except NatsAuthorizationError:
+            if state.pending_seed is None or self.trial:
+                raise
+        else:
+            self._key = state.public_key
+            return connected
+        pending = state.pending_seed.get_secret_value()
+        log.info(
+            "nats refused the current key of agent %s; trying the key of an unfinished "
+            "credential rotation (%s)",
+            state.agent_id,
+            public_key(pending),
+        )
+        connected = await self._connect(state.nats_url, pending)
+        self.store.update(seed=pending, pending_seed=None, rotated_at=datetime.now(UTC))
+        self._key = public_key(pending)
+        log.warning(
+            "credential rotation completed: nats accepted the pending key %s; it is now the "
+            "agent's key",
+            public_key(pending),
+        )
+        return connected
+
+    async def _connect(self, url: str, seed: str) -> tuple[Client, asyncio.Event]:
+        closed = asyncio.Event()
+        connecting = True
+        last_error: list[BaseException] = []
+
+        async def error_cb(error: Exception) -> None:
+            if connecting:
+                last_error.append(error)
+                log.debug("nats error while connecting to %s: %s", display_url(url), error)
+            elif isinstance(error, _DISCONNECT_ERRORS):
+                log.debug("nats error: %s", _describe(error))
+            else:
+                log.warning("nats error: %s", _describe(error))
+
+        async def disconnected_cb() -> None:
+            if not connecting:
+                log.debug("nats transport to %s disconnected", display_url(url))
+
+        async def closed_cb() -> None:
+            if not connecting:
+                log.debug("nats connection to %s closed", display_url(url))
+            closed.set()
+
+        options: dict[str, Any] = {
+            "servers": [u.strip() for u in url.split(",") if u.strip()],
+            "name": f"proxima-agent {self.agent_id}",
+            "nkeys_seed_str": seed,
+            # Our supervisor reconnects; nats-py gets exactly one go per connect.
+            "allow_reconnect": False,
+            "max_reconnect_attempts": 1,
+            "reconnect_time_wait": 0,
+            "connect_timeout": self.policy.connect_timeout,
+            "ping_interval": self.policy.ping_interval,
+            "max_outstanding_pings": self.policy.max_outstanding_pings,
+            "error_cb": error_cb,
+            "disconnected_cb": disconnected_cb,
+            "closed_cb": closed_cb,
+        }
+        try:
+            client = await nats.connect(**options)
+        except (TimeoutError, nats.errors.Error, OSError) as e:
+            causes = [*last_error, e]
+            if any(_AUTH_VIOLATION in str(c).lower() for c in causes):
+                raise NatsAuthorizationError(url) from None
+            cause = last_error[-1] if last_error else e
+            if isinstance(cause, ConnectionRefusedError):
+                raise NatsConnectError(url, "connection refused") from None
+            raise NatsConnectError(url, _describe(cause)) from None
+        finally:
+            connecting = False
+        return client, closed

@@ -1,0 +1,221 @@
+"""The agent's one settings class. Every field is a ``--flag`` and a ``PROXIMA_*`` variable.
+
+Built in :func:`agent.cli.main`, never at import. Command-line values win over the
+environment; the environment wins over defaults.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import (
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from agent.errors import ConfigError
+from contracts.agent_types import AgentType
+from contracts.durations import parse_duration
+
+__all__ = ["AgentSettings", "LogFormat", "LogLevel", "build_settings", "parse_labels"]
+
+ENV_PREFIX = "PROXIMA_"
+DEFAULT_DATA_DIR = Path("/var/lib/proxima-agent")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_LABEL_LIMIT = 32
+_LABEL_PART_MAX = 63
+
+
+class LogLevel(StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class LogFormat(StrEnum):
+    PLAIN = "plain"
+    JSON = "json"
+
+
+def parse_labels(text: str | dict[str, str] | None) -> dict[str, str]:
+    """``k=v,k2=v2`` as a dict; empty text is no labels."""
+    if text is None:
+        return {}
+    if isinstance(text, dict):
+        pairs = list(text.items())
+    else:
+        pairs = []
+        for item in text.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(f"label {item!r} is not key=value")
+            pairs.append((key.strip(), value.strip()))
+    labels: dict[str, str] = {}
+    for key, value in pairs:
+        if not key:
+            raise ValueError("a label has an empty key")
+        if len(key) > _LABEL_PART_MAX or len(value) > _LABEL_PART_MAX:
+            raise ValueError(f"label {key!r}: keys and values are at most 63 characters")
+        if key in labels:
+            raise ValueError(f"label {key!r} is given twice")
+        labels[key] = value
+    if len(labels) > _LABEL_LIMIT:
+        raise ValueError(f"at most {_LABEL_LIMIT} labels, got {len(labels)}")
+    return labels
+
+
+def _duration(value: Any) -> float:
+    if isinstance(value, str | int | float):
+        return parse_duration(value)
+    raise ValueError("expected a duration like 30s or 5m")
+
+
+def _positive(value: float) -> float:
+    if value <= 0:
+        raise ValueError("must be greater than zero")
+    return value
+
+
+Duration = Annotated[float, BeforeValidator(_duration)]
+Labels = Annotated[dict[str, str], NoDecode, BeforeValidator(parse_labels)]
+
+
+class AgentSettings(BaseSettings):
+    """``proxima-agent run`` configuration; see ``docs/agent.md`` for each value."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    agent_type: AgentType = AgentType.HOST
+    agent_name: str | None = Field(default=None, description="default: the hostname")
+    data_dir: Path = DEFAULT_DATA_DIR
+    backend_url: str | None = None
+    install_token: SecretStr | None = None
+    install_token_file: Path | None = None
+    host_root: Path = Path("/")
+    host_proc: Path | None = None
+    host_sys: Path | None = None
+    heartbeat_interval: Duration = 30.0
+    metrics_interval: Duration = 60.0
+    host_metrics: bool = True
+    health_host: str = "127.0.0.1"
+    health_port: int = Field(default=8181, ge=0, le=65535)
+    log_level: LogLevel = LogLevel.INFO
+    log_format: LogFormat = LogFormat.PLAIN
+    labels: Labels = Field(default_factory=dict)
+    enroll_backoff_max: Duration = 60.0
+    nats_reconnect_wait: Duration = 1.0
+    nats_reconnect_max_wait: Duration = 30.0
+    nats_reconnect_jitter: float = Field(default=0.2, ge=0.0, le=1.0)
+    signing_public_key: str | None = None
+    signing_public_key_file: Path | None = None
+    program_path: Path | None = None
+    update_health_timeout: Duration = 60.0
+
+    # Reserved for the node monitor and cluster collector; accepted so the chart's env vars do
+    # not break startup of this build.
+    cluster_name: str | None = None
+    cluster_slug: str | None = None
+    sync_interval: str | None = None
+    pod_limit: str | None = None
+    exclude_namespaces: str | None = None
+    lease_name: str | None = None
+    pod_namespace: str | None = None
+    replicas: str | None = None
+    kubelet_url: str | None = None
+    kubelet_insecure_skip_verify: str | None = None
+
+    @field_validator("agent_type", "log_level", "log_format", mode="before")
+    @classmethod
+    def _lowercase(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("agent_name")
+    @classmethod
+    def _check_name(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip()
+        if len(value) > 253 or not _NAME.match(value):
+            raise ValueError(
+                "must start with a letter or digit and hold only letters, digits, '.', '_' "
+                "and '-' (at most 253)"
+            )
+        return value
+
+    @field_validator("backend_url")
+    @classmethod
+    def _check_backend_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip().rstrip("/")
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value
+
+    @field_validator("install_token")
+    @classmethod
+    def _blank_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        return SecretStr(value.get_secret_value().strip())
+
+    @field_validator("program_path")
+    @classmethod
+    def _absolute_program(cls, value: Path | None) -> Path | None:
+        if value is None or not str(value).strip():
+            return None
+        return value.absolute()
+
+    @field_validator(
+        "heartbeat_interval", "metrics_interval", "enroll_backoff_max", "update_health_timeout"
+    )
+    @classmethod
+    def _check_positive(cls, value: float) -> float:
+        return _positive(value)
+
+    @field_validator("nats_reconnect_wait", "nats_reconnect_max_wait")
+    @classmethod
+    def _check_reconnect(cls, value: float) -> float:
+        return _positive(value)
+
+    @property
+    def name(self) -> str:
+        """The configured name, or this machine's hostname."""
+        if self.agent_name:
+            return self.agent_name
+        return socket.gethostname() or "localhost"
+
+
+_FLAGS = {
+    "agent_name": "--name",
+}
+
+
+def setting_label(field: str) -> str:
+    """How the operator spells ``field``: ``--heartbeat-interval / PROXIMA_HEARTBEAT_INTERVAL``."""
+    flag = _FLAGS.get(field, "--" + field.replace("_", "-"))
+    return f"{flag} / {ENV_PREFIX}{field.upper()}"
+
+
+def build_settings(**cli_values: Any) -> AgentSettings:
+    """Settings from ``cli_values`` (``None`` means not given) over the environment."""
+    given = {k: v for k, v in cli_values.items() if v is not None}
+    try:
+        return AgentSettings(**given)
+    except ValidationError as e:
+        first = e.errors(include_input=False, include_url=False)[0]
+        field = str(first["loc"][0]) if first["loc"] else "settings"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise ConfigError(setting_label(field), message) from None

@@ -1,0 +1,171 @@
+"""Rollout orchestration at fleet scale, and how fast a crossing result halts a rollout.
+
+    .venv/bin/python -m bench.rollout [--agents 5000]
+
+Goals (issue 3): all agents notified and results recorded across 4 waves in <= 60 s of
+orchestration time; halt latency from the crossing result to the stall <= 5 s with 0 later-wave
+sends; <= 50 Prefect task runs per rollout.
+
+The agents are a swarm: real enrolled identities, each on its own NATS session with its own
+nkey, answering self_update commands (tests/support/swarm.py). The flow runs under Prefect's
+test harness against a real Console on SQLite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from tests.support.console import ConsoleProcess
+from tests.support.swarm import Swarm
+
+ARTIFACT = {
+    "version": "0.9.0",
+    "url": "http://127.0.0.1:1/a.pyz",
+    "sha256": "0" * 64,
+    "signature": "s" * 86,
+}
+
+
+def _create(console: ConsoleProcess, **body: object) -> dict[str, object]:
+    with console.client() as c:
+        r = c.post(
+            "/api/v1/fleet/rollouts", json={"artifact": ARTIFACT, "start_flow": False, **body}
+        )
+        r.raise_for_status()
+        return r.json()  # type: ignore[no-any-return]
+
+
+async def _task_run_count(flow_run_id: str) -> int:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    async with get_client() as client:
+        runs = await client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+        )
+        return len(runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--agents", type=int, default=5000)
+    args = parser.parse_args()
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.rollout import fleet_rollout
+
+    with tempfile.TemporaryDirectory() as tmp, prefect_test_harness(server_startup_timeout=180):
+        console = ConsoleProcess(
+            Path(tmp) / "console",
+            env={
+                "PROXIMA_AGENT_STALE_SECONDS": "600",
+                "PROXIMA_HEARTBEAT_FLUSH_SECONDS": "0.5",
+                "PROXIMA_PREFECT_API_URL": str(PREFECT_API_URL.value()),
+            },
+        ).start()
+        os.environ["PROXIMA_CONSOLE_URL"] = console.url
+        os.environ["PROXIMA_CONSOLE_TOKEN"] = console.token
+        t0 = time.perf_counter()
+        swarm = Swarm(console, args.agents, heartbeat_seconds=60).start()
+        setup = time.perf_counter() - t0
+        try:
+            canary = max(1, args.agents // 100)
+            r = _create(
+                console, name="bench", waves={"canary_size": canary, "percentages": [10, 50, 100]}
+            )
+            started = time.perf_counter()
+            result = fleet_rollout(rollout_id=str(r["id"]), poll_seconds=0.25)
+            orchestration = time.perf_counter() - started
+            with console.client() as c:
+                final = c.get(
+                    f"/api/v1/fleet/rollouts/{r['id']}", params={"targets": "false"}
+                ).json()
+            tasks = asyncio.run(_task_run_count(final["flow_run_id"]))
+            notified = sum(1 for v in swarm.received_by().values() if v)
+            print(
+                f"rollout: {args.agents} agents across {len(final['waves'])} waves "
+                f"({[w['size'] for w in final['waves']]}) -> {result['state']}, "
+                f"{final['counts']['succeeded']} results recorded, {notified} notified, "
+                f"in {orchestration:.1f} s of orchestration (goal <= 60 s); "
+                f"{tasks} Prefect task runs (goal <= 50); setup (enroll + connect) {setup:.1f} s"
+            )
+            halt(console, swarm)
+        finally:
+            swarm.stop()
+            console.stop()
+
+
+def halt(console: ConsoleProcess, swarm: Swarm) -> None:
+    """Every agent fails; the first failure crosses a count-1 criterion. Measure the time from
+    that result being sent to the stall being committed, and sends to later waves."""
+    sent_at: list[float] = []
+
+    def fail(_name: str, _cmd: dict[str, object]) -> tuple[str, str | None, str | None]:
+        sent_at.append(time.time())
+        return "failed", "backup current binary: rename …: read-only file system", None
+
+    swarm.behaviour = fail
+    for agent in swarm.agents:
+        agent.version = "0.8.0"
+    before = swarm.received_by()
+    r = _create(
+        console,
+        name="halt",
+        artifact={**ARTIFACT, "version": "0.9.1"},
+        waves={"canary_size": 100, "percentages": [50, 100]},
+        criteria=[{"failure_type": "failed", "threshold_count": 1, "min_executed": 1}],
+    )
+    with console.client() as c:
+        c.post(f"/api/v1/fleet/rollouts/{r['id']}/start", json={}).raise_for_status()
+        c.post(f"/api/v1/fleet/rollouts/{r['id']}/waves/0/dispatch").raise_for_status()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            state = c.get(f"/api/v1/fleet/rollouts/{r['id']}", params={"targets": "false"}).json()
+            if state["state"] == "stalled":
+                break
+            time.sleep(0.01)
+        refused = c.post(f"/api/v1/fleet/rollouts/{r['id']}/waves/1/dispatch").json()
+        final = c.get(f"/api/v1/fleet/rollouts/{r['id']}").json()
+    first = min(sent_at) if sent_at else float("nan")
+    later = [t["agent_name"] for t in final["targets"] if t["wave"] > 0]
+    after = swarm.received_by()
+    later_sends = sum(after[n] - before[n] for n in later)
+    latency = _stall_latency(console, final["id"], first)
+    print(
+        f"halt: state {final['state']} after the first failing result; latency "
+        f"{latency * 1000:.0f} ms from that result to the committed stall (goal <= 5 s); "
+        f"{later_sends} sends to later waves (goal 0); dispatch then answered "
+        f"{refused['refused']!r}"
+    )
+
+
+def _stall_latency(console: ConsoleProcess, rollout_id: str, first_sent: float) -> float:
+    import sqlalchemy as sa
+
+    from console.db import make_engine
+    from console.settings import ConsoleSettings
+
+    url = ConsoleSettings(data_dir=console.data_dir).resolved_database_url()
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        stalled = conn.execute(
+            sa.text("SELECT stalled_at FROM rollout WHERE id = :i"), {"i": rollout_id}
+        ).scalar_one()
+    engine.dispose()
+    if isinstance(stalled, str):
+        stalled = datetime.fromisoformat(stalled)
+    if stalled.tzinfo is None:
+        stalled = stalled.replace(tzinfo=UTC)
+    return float(stalled.timestamp() - first_sent)
+
+
+if __name__ == "__main__":
+    main()

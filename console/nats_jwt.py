@@ -1,0 +1,174 @@
+"""NATS decentralised auth: an operator, a system account, one account for the fleet, and a
+signed user JWT per agent identity that carries its permissions.
+
+The server verifies a user's JWT by its signature chain (user ← account ← operator), so a new
+agent needs **no server change at all**: enrollment signs a JWT and returns it. Only taking a
+key away (release, rotation, revocation) changes the server: the key goes into the account's
+``revocations`` and the account JWT is reloaded, which disconnects that key at once.
+
+JWT format (nats-io/jwt v2): ``base64url(header).base64url(claims).base64url(ed25519 sig)`` with
+header ``{"typ":"JWT","alg":"ed25519-nkey"}``, unpadded URL-safe base64, ``jti`` the base32 of the
+SHA-256 of the claims, signed by the issuer's nkey.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nkeys
+
+from contracts import subjects
+
+_HEADER = {"typ": "JWT", "alg": "ed25519-nkey"}
+_UNLIMITED = {
+    "subs": -1,
+    "data": -1,
+    "payload": -1,
+    "imports": -1,
+    "exports": -1,
+    "wildcards": True,
+    "conn": -1,
+    "leaf": -1,
+}
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def encode_jwt(claims: dict[str, Any], issuer: Any, *, issued_at: int | None = None) -> str:
+    body = dict(claims)
+    body["iat"] = int(issued_at if issued_at is not None else time.time())
+    body["iss"] = issuer.public_key.decode()
+    body["jti"] = ""
+    digest = hashlib.sha256(json.dumps(body, separators=(",", ":"), sort_keys=True).encode())
+    body["jti"] = base64.b32encode(digest.digest()).decode().rstrip("=")
+    header = _b64(json.dumps(_HEADER, separators=(",", ":")).encode())
+    payload = _b64(json.dumps(body, separators=(",", ":"), sort_keys=True).encode())
+    signature = issuer.sign(f"{header}.{payload}".encode())
+    return f"{header}.{payload}.{_b64(signature)}"
+
+
+def decode_claims(token: str) -> dict[str, Any]:
+    """The claims of a JWT, unverified (for tests and diagnostics)."""
+    payload = token.split(".")[1]
+    return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
+
+
+def _load_or_create(path: Path, prefix: int) -> Any:
+    if path.exists():
+        return nkeys.from_seed(bytearray(path.read_bytes().strip()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    seed = nkeys.encode_seed(os.urandom(32), prefix)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(seed)
+    return nkeys.from_seed(bytearray(seed))
+
+
+@dataclass
+class NatsAuthority:
+    """The keys that sign the fleet's NATS identities. Seeds live in ``<data_dir>/nats-keys``
+    (0600); losing them means re-enrolling every agent, so back them up with the database."""
+
+    operator: Any
+    system_account: Any
+    account: Any
+
+    @classmethod
+    def load_or_create(cls, directory: Path) -> NatsAuthority:
+        return cls(
+            operator=_load_or_create(directory / "operator.nk", nkeys.PREFIX_BYTE_OPERATOR),
+            system_account=_load_or_create(directory / "system.nk", nkeys.PREFIX_BYTE_ACCOUNT),
+            account=_load_or_create(directory / "fleet.nk", nkeys.PREFIX_BYTE_ACCOUNT),
+        )
+
+    @property
+    def account_public_key(self) -> str:
+        return str(self.account.public_key.decode())
+
+    def operator_jwt(self) -> str:
+        return encode_jwt(
+            {
+                "sub": self.operator.public_key.decode(),
+                "name": "proxima",
+                "nats": {
+                    "system_account": self.system_account.public_key.decode(),
+                    "type": "operator",
+                    "version": 2,
+                },
+            },
+            self.operator,
+            issued_at=0,
+        )
+
+    def _account_jwt(self, key: Any, name: str, revocations: dict[str, int]) -> str:
+        return encode_jwt(
+            {
+                "sub": key.public_key.decode(),
+                "name": name,
+                "nats": {
+                    "limits": _UNLIMITED,
+                    "default_permissions": {"pub": {}, "sub": {}},
+                    "revocations": dict(sorted(revocations.items())),
+                    "type": "account",
+                    "version": 2,
+                },
+            },
+            self.operator,
+            issued_at=0,
+        )
+
+    def user_jwt(self, *, public_key: str, name: str, pub: list[str], sub: list[str]) -> str:
+        return encode_jwt(
+            {
+                "sub": public_key,
+                "name": name,
+                "nats": {
+                    "pub": {"allow": pub},
+                    "sub": {"allow": sub},
+                    "subs": -1,
+                    "data": -1,
+                    "payload": -1,
+                    "type": "user",
+                    "version": 2,
+                },
+            },
+            self.account,
+        )
+
+    def agent_jwt(self, *, agent_id: str, public_key: str) -> str:
+        """The only subjects this identity may use, signed into its credential."""
+        return self.user_jwt(
+            public_key=public_key,
+            name=f"agent-{agent_id}",
+            pub=subjects.agent_publish_allow(agent_id),
+            sub=subjects.agent_subscribe_allow(agent_id),
+        )
+
+    def console_jwt(self, public_key: str) -> str:
+        return self.user_jwt(public_key=public_key, name="proxima-console", pub=[">"], sub=[">"])
+
+    def render_config(self, revocations: dict[str, int]) -> str:
+        """The server's trust block: operator, and the accounts preloaded with revocations."""
+        fleet = self._account_jwt(self.account, "PROXIMA", revocations)
+        system = self._account_jwt(self.system_account, "SYS", {})
+        return "\n".join(
+            [
+                f"operator: {json.dumps(self.operator_jwt())}",
+                f"system_account: {json.dumps(self.system_account.public_key.decode())}",
+                "resolver: MEMORY",
+                "resolver_preload: {",
+                f"  {self.account.public_key.decode()}: {json.dumps(fleet)}",
+                f"  {self.system_account.public_key.decode()}: {json.dumps(system)}",
+                "}",
+                "",
+            ]
+        )

@@ -1,0 +1,244 @@
+"""The agent against a real nats-server: heartbeats, metrics, commands once, reconnects."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from pathlib import Path
+
+import pytest
+
+from agent.runtime import AgentRuntime
+from agent.state import StateStore
+from contracts import subjects
+from contracts.agent_types import AgentType
+from contracts.messages import CommandResult, CommandStatus, Heartbeat, HostMetrics
+from tests.agent.agent_testkit import (
+    Inbox,
+    NatsServer,
+    answer,
+    async_wait_until,
+    enrolled,
+    new_seed,
+    public_of,
+    ready,
+    running,
+    send_command,
+    settings,
+)
+
+
+async def test_heartbeats_and_metrics_arrive_on_the_agents_subjects(
+    tmp_path: Path, nats_server: NatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    state = enrolled(nats_server, tmp_path)
+    nats_server.allow(state.public_key, state.agent_id)
+    nats_server.reload()
+    client = await nats_server.connect()
+    beats, metrics = Inbox(), Inbox()
+    await client.subscribe(subjects.heartbeat(state.agent_id), cb=beats.handle)
+    await client.subscribe(subjects.metrics(state.agent_id), cb=metrics.handle)
+    runtime = AgentRuntime(settings(tmp_path))
+    async with running(runtime):
+        await async_wait_until(lambda: len(beats.messages) >= 3, what="3 heartbeats")
+        await async_wait_until(lambda: metrics.messages, what="host metrics")
+        assert ready(runtime)
+    await client.close()
+
+    beat = Heartbeat.model_validate(beats.messages[-1])
+    assert beat.agent_id == state.agent_id
+    assert beat.instance_id == runtime.instance_id
+    assert beat.agent_type is AgentType.HOST
+    assert beat.version == "0.8.0"
+    assert beat.heartbeat_interval_seconds == 0.2
+    assert beat.metrics_interval_seconds == 0.3
+    assert beat.labels == {"zone": "a"}
+    assert beat.uptime_seconds > 0
+    sample = HostMetrics.model_validate(metrics.messages[0])
+    assert sample.memory_total_bytes > 0
+    assert "nats connected to" in caplog.text
+    assert state.seed.get_secret_value() not in caplog.text
+    assert "Permissions Violation" not in caplog.text
+
+
+async def test_a_command_sent_twice_runs_once_and_both_get_the_result(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
+    state = enrolled(nats_server, tmp_path)
+    nats_server.allow(state.public_key, state.agent_id)
+    nats_server.reload()
+    client = await nats_server.connect()
+    results = Inbox()
+    await client.subscribe(subjects.command_result(state.agent_id), cb=results.handle)
+    runtime = AgentRuntime(settings(tmp_path))
+    async with running(runtime):
+        await async_wait_until(lambda: ready(runtime), what="agent ready")
+        await send_command(client, state.agent_id, "ping", "cmd-1")
+        await send_command(client, state.agent_id, "ping", "cmd-1")
+        await async_wait_until(lambda: len(results.messages) >= 2, what="two results")
+        await send_command(client, state.agent_id, "self_update", "cmd-2", version="0.9.0")
+        await client.publish(subjects.commands(state.agent_id), b"{not json")
+        await async_wait_until(lambda: len(results.messages) >= 3, what="third result")
+        assert runtime.dispatcher is not None
+        assert runtime.dispatcher.executed == ["cmd-1", "cmd-2"]
+
+    first, again, update = (CommandResult.model_validate(m) for m in results.messages)
+    assert first == again
+    assert first.status is CommandStatus.SUCCEEDED
+    assert first.detail["pong"] is True
+    assert first.detail["instance_id"] == runtime.instance_id
+    assert update.status is CommandStatus.REJECTED
+    assert update.error == "self_update not supported by this build yet"
+
+    # The ledger survives a restart: the same command id is still not run again.
+    results.messages.clear()
+    runtime2 = AgentRuntime(settings(tmp_path))
+    async with running(runtime2):
+        await async_wait_until(lambda: ready(runtime2), what="agent ready again")
+        await send_command(client, state.agent_id, "ping", "cmd-1")
+        await async_wait_until(lambda: results.messages, what="stored result")
+        assert runtime2.dispatcher is not None
+        assert runtime2.dispatcher.executed == []
+    assert CommandResult.model_validate(results.messages[0]) == first
+    await client.close()
+
+
+async def test_reconnects_after_a_nats_restart_without_losing_identity(
+    tmp_path: Path, nats_server: NatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    state = enrolled(nats_server, tmp_path)
+    nats_server.allow(state.public_key, state.agent_id)
+    nats_server.reload()
+    runtime = AgentRuntime(settings(tmp_path))
+    async with running(runtime):
+        await async_wait_until(lambda: ready(runtime), what="agent ready")
+        nats_server.stop()
+        await async_wait_until(
+            lambda: (runtime.readiness.reason() or "").startswith("nats "), what="not ready"
+        )
+        nats_server.start()
+        await async_wait_until(lambda: ready(runtime), what="ready after restart")
+        client = await nats_server.connect()
+        beats = Inbox()
+        await client.subscribe(subjects.heartbeat(state.agent_id), cb=beats.handle)
+        await async_wait_until(lambda: beats.messages, what="heartbeat after restart")
+        await client.close()
+    assert "nats disconnected from" in caplog.text
+    assert "nats reconnected to" in caplog.text
+    assert StateStore(tmp_path).read() == state
+
+
+async def test_a_revoked_key_is_reported_and_retried_until_allowed_again(
+    tmp_path: Path, nats_server: NatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    state = enrolled(nats_server, tmp_path)
+    nats_server.allow(state.public_key, state.agent_id)
+    nats_server.reload()
+    runtime = AgentRuntime(settings(tmp_path))
+    async with running(runtime):
+        await async_wait_until(lambda: ready(runtime), what="agent ready")
+        nats_server.revoke(state.public_key)
+        nats_server.reload()
+        await async_wait_until(
+            lambda: (
+                runtime.readiness.reason()
+                == "nats authorization refused: identity revoked, released or rotated"
+            ),
+            what="authorization refused",
+        )
+        session = runtime.session
+        assert session is not None
+        refused_from = session.attempts
+        await async_wait_until(
+            lambda: session.attempts >= refused_from + 6, what="six refused attempts"
+        )
+        nats_server.allow(state.public_key, state.agent_id)
+        nats_server.reload()
+        await async_wait_until(lambda: ready(runtime), what="ready once allowed again")
+    refused = [r for r in caplog.records if "nats authorization refused" in r.getMessage()]
+    assert 1 <= len(refused) <= 4, [r.getMessage() for r in refused]
+    assert "Authorization Violation" in refused[0].getMessage()
+
+
+async def test_pending_key_is_promoted_when_the_old_one_is_refused(
+    tmp_path: Path, nats_server: NatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rotation the Console applied while the agent died: the pending key must win."""
+    caplog.set_level(logging.INFO)
+    pending = new_seed()
+    state = enrolled(nats_server, tmp_path, pending_seed=pending)
+    nats_server.allow(public_of(pending), state.agent_id)  # only the new key is known
+    nats_server.reload()
+    runtime = AgentRuntime(settings(tmp_path))
+    async with running(runtime):
+        await async_wait_until(lambda: ready(runtime), what="ready with the pending key")
+    after = StateStore(tmp_path).read()
+    assert after is not None
+    assert after.seed.get_secret_value() == pending
+    assert after.pending_seed is None
+    assert after.agent_id == state.agent_id
+    assert "credential rotation completed" in caplog.text
+
+
+async def test_publishing_outside_the_agents_prefix_is_refused(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
+    state = enrolled(nats_server, tmp_path)
+    nats_server.allow(state.public_key, state.agent_id)
+    nats_server.reload()
+    runtime = AgentRuntime(settings(tmp_path))
+    async with running(runtime):
+        await async_wait_until(lambda: ready(runtime), what="agent ready")
+        assert runtime.session is not None
+        with pytest.raises(ValueError, match="only under"):
+            await runtime.session.publish(subjects.heartbeat("someone-else"), b"{}")
+        with pytest.raises(ValueError):
+            await runtime.session.publish(subjects.agent_prefix(state.agent_id) + "x.y", b"{}")
+
+
+async def test_the_enroll_then_connect_path_in_process(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
+    """State is persisted before the first NATS connect, and the new key is the one used."""
+    from agent.httpclient import HttpRequest, HttpResponse
+
+    seen: list[bool] = []
+
+    def console(request: HttpRequest) -> HttpResponse:
+        body = json.loads(request.body or b"{}")
+        agent_id = "ag_" + uuid.uuid4().hex[:8]
+        nats_server.allow(body["public_key"], agent_id)
+        nats_server.reload()
+        seen.append((tmp_path / "state.json").exists())
+        return answer(
+            201,
+            {
+                "agent_id": agent_id,
+                "agent_type": body["agent_type"],
+                "name": body["name"],
+                "client_id": "cl",
+                "environment_id": "env",
+                "nats_url": nats_server.url,
+                "rebound": False,
+            },
+        )
+
+    (tmp_path / "token").write_text("itk_0123456789")
+    runtime = AgentRuntime(
+        settings(
+            tmp_path,
+            backend_url="http://console.test",
+            install_token_file=tmp_path / "token",
+            agent_name="node-7",
+        ),
+        backend_transport=console,
+    )
+    async with running(runtime):
+        await async_wait_until(lambda: ready(runtime), what="enrolled and connected")
+        assert runtime.store.current.name == "node-7"
+    assert seen == [False]
+    assert (tmp_path / "state.json").exists()

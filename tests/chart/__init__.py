@@ -1,0 +1,1 @@
+"""Tests of the proxima-agent Helm chart, rendered by the real helm binary."""

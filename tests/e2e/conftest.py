@@ -1,0 +1,46 @@
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import QUIET_SECONDS
+from tests.support.agents import AgentProcess
+from tests.support.console import ConsoleProcess
+
+
+@pytest.fixture
+def e2e_console(console_factory) -> ConsoleProcess:  # type: ignore[no-untyped-def]
+    return console_factory(
+        env={
+            "PROXIMA_IDENTITY_QUIET_SECONDS": str(QUIET_SECONDS),
+            "PROXIMA_AGENT_STALE_SECONDS": str(QUIET_SECONDS),
+        }
+    )
+
+
+@pytest.fixture
+def agents(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
+    started: list[AgentProcess] = []
+
+    def make(
+        console: ConsoleProcess,
+        name: str,
+        token: str,
+        *,
+        data: str | None = None,
+        start: bool = True,
+        **kwargs: object,
+    ) -> AgentProcess:
+        proc = AgentProcess(
+            name=name,
+            data_dir=tmp_path / "agents" / (data or name),
+            backend_url=console.url,
+            install_token=token,
+            **kwargs,  # type: ignore[arg-type]
+        )
+        started.append(proc)
+        return proc.start() if start else proc
+
+    yield make
+    for proc in started:
+        proc.stop()
