@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from agent.credentials import public_key, sign
 from agent.errors import BackendAnswerError, BackendUnreachableError
 from agent.httpclient import HttpRequest, Transport, TransportError, UrllibTransport
-from contracts.enrollment import EnrollRequest, EnrollResponse, ErrorBody, RotationProof
+from contracts.enrollment import (
+    EnrollRequest,
+    EnrollResponse,
+    ErrorBody,
+    NatsCredentials,
+    NatsCredentialsRequest,
+    RotationProof,
+    nats_credentials_message,
+)
 
 __all__ = ["BackendClient", "EnrollAnswer"]
 
@@ -100,8 +110,33 @@ class BackendClient:
             ) from None
         return EnrollAnswer(response=response, status=status)
 
-    async def rotate_credentials(self, agent_id: str, proof: RotationProof) -> None:
-        """``POST /api/v1/agents/{id}/credentials``: the Console switches to the new key."""
+    async def rotate_credentials(self, agent_id: str, proof: RotationProof) -> str | None:
+        """``POST /api/v1/agents/{id}/credentials``: the Console switches to the new key. Returns
+        the NATS user JWT for it (``RotationAccepted.nats_jwt``) when the answer carries one."""
         status, payload = await self._post(credentials_path(agent_id), proof)
         if status != 200:
             raise self._answer_error(status, payload)
+        jwt = payload.get("nats_jwt") if isinstance(payload, dict) else None
+        return jwt if isinstance(jwt, str) and jwt else None
+
+    async def nats_credentials(self, agent_id: str, seed: str) -> NatsCredentials:
+        """``POST /api/v1/agents/{id}/nats-credentials``: a fresh JWT for the key of ``seed``."""
+        signed_at = datetime.now(UTC)
+        public = public_key(seed)
+        body = NatsCredentialsRequest(
+            public_key=public,
+            signed_at=signed_at,
+            signature=sign(
+                seed,
+                nats_credentials_message(agent_id=agent_id, public_key=public, signed_at=signed_at),
+            ),
+        )
+        status, payload = await self._post(f"/api/v1/agents/{agent_id}/nats-credentials", body)
+        if status != 200:
+            raise self._answer_error(status, payload)
+        try:
+            return NatsCredentials.model_validate(payload)
+        except ValidationError:
+            raise BackendAnswerError(
+                self.base_url, status, "bad_response", "the credentials answer is not understood"
+            ) from None

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -25,12 +25,14 @@ from agent.credentials import new_seed, public_key, rotation_proof
 from agent.errors import BackendAnswerError, BackendError
 from agent.files import write_atomic
 from agent.handover import ExecRequest
-from agent.selfupdate import SelfUpdater
 from agent.session import NatsSession
 from agent.signals import read_signals
 from agent.state import StateStore
 from contracts import subjects
 from contracts.messages import Command, CommandKind, CommandResult, CommandStatus
+
+if TYPE_CHECKING:
+    from agent.selfupdate import SelfUpdater
 
 __all__ = [
     "LEDGER_FILE",
@@ -308,11 +310,19 @@ def ping_handler(detail: Callable[[], dict[str, Any]]) -> Handler:
     return ping
 
 
-def self_update_handler(updater: SelfUpdater, hand_over: Callable[[ExecRequest], None]) -> Handler:
-    """``self_update``: a result now (rejected, failed, nothing to do), or a hand-over."""
+def self_update_handler(
+    updater: Callable[[], SelfUpdater], hand_over: Callable[[ExecRequest], None]
+) -> Handler:
+    """``self_update``: a result now (rejected, failed, nothing to do), or a hand-over.
+
+    ``updater`` builds the :class:`agent.selfupdate.SelfUpdater` on first use: most agents never
+    update, and its imports cost resident memory. It is loaded before the program file is
+    touched, which matters: once the zipapp on disk is swapped, this process must not import
+    from it again.
+    """
 
     async def self_update(command: Command) -> Outcome:
-        outcome = await updater.run(command)
+        outcome = await updater().run(command)
         if outcome.status is None:
             request = outcome.exec_request
             assert request is not None
@@ -365,7 +375,7 @@ class CredentialRotation:
         )
         log.info("rotating credentials of agent %s: proposing key %s", state.agent_id, new_public)
         try:
-            await self.backend().rotate_credentials(state.agent_id, proof)
+            new_jwt = await self.backend().rotate_credentials(state.agent_id, proof)
         except BackendAnswerError as e:
             if self.store.current.public_key == new_public:
                 return self._done(new_public)
@@ -379,7 +389,13 @@ class CredentialRotation:
                 return self._done(new_public)
             return self._unknown(e)
         if self.store.current.public_key != new_public:
-            self.store.update(seed=seed, pending_seed=None, rotated_at=datetime.now(UTC))
+            self.store.update(
+                seed=seed,
+                nats_jwt=new_jwt,
+                pending_seed=None,
+                pending_jwt=None,
+                rotated_at=datetime.now(UTC),
+            )
         return self._done(new_public)
 
     def _done(self, new_public: str) -> Outcome:

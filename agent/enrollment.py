@@ -210,6 +210,7 @@ class Enroller:
             name=response.name,
             seed=SecretStr(self._seed),
             nats_url=response.nats_url,
+            nats_jwt=response.nats_jwt,
             backend_url=cfg.backend_url,
             client_id=response.client_id,
             environment_id=response.environment_id,

@@ -16,6 +16,8 @@ program file that nobody knows about. See ``docs/self-update.md``.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 import sys
@@ -24,9 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import NoReturn
-
-from pydantic import BaseModel, ValidationError
+from typing import Any, NoReturn
 
 from agent.files import write_atomic
 from agent.program import FileOperationError, ProgramFiles, go_strerror
@@ -68,25 +68,85 @@ class Phase(StrEnum):
     ROLLED_BACK = "rolled_back"
 
 
-class UpdateMarker(BaseModel):
+class MarkerCorruptError(ValueError):
+    pass
+
+
+def _field(data: dict[str, Any], name: str, kind: type, *, optional: bool = False) -> Any:
+    value = data.get(name)
+    if value is None and optional:
+        return None
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool):
+        raise MarkerCorruptError(f"{name}: expected {kind.__name__}")
+    return value
+
+
+@dataclass(frozen=True)
+class UpdateMarker:
+    """A plain dataclass, not a pydantic model: it is read at every start, and the agent's
+    resident memory is counted in megabytes."""
+
     command_id: str
-    rollout_id: str | None = None
+    rollout_id: str | None
     old_version: str
     new_version: str
     program: Path
     backup: Path
     phase: Phase
     health_timeout: float
+    started_at: datetime
     deadline: float | None = None  # wall clock (epoch seconds): it must survive exec
     attempts: int = 0  # starts of the new build in the handover phase
     error: str | None = None
-    started_at: datetime
+
+    def with_(self, **changes: Any) -> UpdateMarker:
+        return dataclasses.replace(self, **changes)
 
     def failure_detail(self) -> dict[str, str]:
         return {"old_version": self.old_version, "target_version": self.new_version}
 
     def success_detail(self) -> dict[str, str]:
         return {"old_version": self.old_version, "new_version": self.new_version}
+
+    def to_json(self) -> bytes:
+        data = dataclasses.asdict(self)
+        data.update(
+            program=str(self.program),
+            backup=str(self.backup),
+            phase=str(self.phase),
+            started_at=self.started_at.isoformat(),
+        )
+        return (json.dumps(data, indent=2) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> UpdateMarker:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise MarkerCorruptError("not JSON") from None
+        if not isinstance(data, dict):
+            raise MarkerCorruptError("not a JSON object")
+        try:
+            phase = Phase(_field(data, "phase", str))
+            started_at = datetime.fromisoformat(_field(data, "started_at", str))
+        except ValueError as e:
+            raise MarkerCorruptError(str(e)) from None
+        return cls(
+            command_id=_field(data, "command_id", str),
+            rollout_id=_field(data, "rollout_id", str, optional=True),
+            old_version=_field(data, "old_version", str),
+            new_version=_field(data, "new_version", str),
+            program=Path(_field(data, "program", str)),
+            backup=Path(_field(data, "backup", str)),
+            phase=phase,
+            health_timeout=_field(data, "health_timeout", float),
+            started_at=started_at,
+            deadline=_field(data, "deadline", float, optional=True),
+            attempts=_field(data, "attempts", int),
+            error=_field(data, "error", str, optional=True),
+        )
 
 
 class MarkerStore:
@@ -102,15 +162,15 @@ class MarkerStore:
             log.warning("cannot read update marker %s: %s; ignoring it", self.path, e)
             return None
         try:
-            return UpdateMarker.model_validate_json(raw)
-        except ValidationError:
+            return UpdateMarker.from_json(raw)
+        except MarkerCorruptError as e:
             aside = self.path.with_name(f"{MARKER_FILE}.corrupt-{int(time.time())}")
-            log.warning("update marker %s is corrupt; moved it to %s", self.path, aside)
+            log.warning("update marker %s is corrupt (%s); moved it to %s", self.path, e, aside)
             os.replace(self.path, aside)
             return None
 
     def write(self, marker: UpdateMarker) -> None:
-        write_atomic(self.path, marker.model_dump_json(indent=2).encode())
+        write_atomic(self.path, marker.to_json())
 
     def remove(self) -> None:
         try:
@@ -162,7 +222,7 @@ def roll_back(
     The marker is written first: if the process dies between the two steps, the next start
     (still the new build) finds ``rolled_back`` and finishes the rename.
     """
-    store.write(marker.model_copy(update={"phase": Phase.ROLLED_BACK, "error": error}))
+    store.write(marker.with_(phase=Phase.ROLLED_BACK, error=error))
     try:
         files.replace(marker.backup, marker.program)
     except FileOperationError as e:
@@ -237,7 +297,7 @@ def decide_at_start(
     if marker.phase is Phase.HANDOVER:
         if version == new:
             attempts = marker.attempts + 1
-            marker = marker.model_copy(update={"attempts": attempts})
+            marker = marker.with_(attempts=attempts)
             store.write(marker)
             if attempts > 1:
                 error = (

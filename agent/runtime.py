@@ -35,7 +35,7 @@ from agent.commands import (
     self_update_handler,
 )
 from agent.enrollment import Enroller, EnrollmentConfig, InstallToken
-from agent.errors import ConfigError, EnvironmentProblemError
+from agent.errors import BackendAnswerError, BackendError, ConfigError, EnvironmentProblemError
 from agent.files import ensure_private_dir
 from agent.handover import (
     TRIAL_PORT_FILE,
@@ -50,8 +50,7 @@ from agent.handover import (
 from agent.health import HealthServer, Readiness
 from agent.heartbeat import HeartbeatInfo, heartbeat_loop
 from agent.host import use_host_procfs
-from agent.program import ProgramFiles, self_update_blocker
-from agent.selfupdate import SelfUpdater
+from agent.program import ProgramFiles, running_program, self_update_blocker
 from agent.session import NatsSession, ReconnectPolicy
 from agent.settings import AgentSettings, setting_label
 from agent.signatures import load_signing_key
@@ -61,6 +60,7 @@ from contracts.messages import CommandKind, CommandResult, CommandStatus
 
 if TYPE_CHECKING:
     from agent.httpclient import Transport
+    from agent.selfupdate import SelfUpdater
 
 __all__ = ["AgentRuntime"]
 
@@ -93,7 +93,7 @@ class AgentRuntime:
         self.signing_key = load_signing_key(
             settings.signing_public_key, settings.signing_public_key_file
         )
-        self.program = SelfUpdater.program_for(settings.program_path)
+        self.program = settings.program_path or running_program()
         self.self_update_blocker = self_update_blocker(
             settings.agent_type, self.program, signing_key=self.signing_key is not None
         )
@@ -105,6 +105,7 @@ class AgentRuntime:
         self._probation: tuple[UpdateMarker, float] | None = None
         self._pending_results: list[CommandResult] = []
         self._collectors = collectors
+        self._self_updater: SelfUpdater | None = None
         self._backend_transport = backend_transport
         self._backend: BackendClient | None = None
         self._enroll_backoff = enroll_backoff
@@ -119,6 +120,15 @@ class AgentRuntime:
         if state is not None:
             return state.backend_url
         raise ConfigError(setting_label("backend_url"), "required to enroll (no state file yet)")
+
+    async def _fetch_jwt(self, agent_id: str, seed: str) -> str | None:
+        """A JWT for ``seed``'s key from the Console, or None when it refuses or is away."""
+        try:
+            answer = await self.backend().nats_credentials(agent_id, seed)
+        except (BackendAnswerError, BackendError) as e:
+            log.warning("could not fetch nats credentials for agent %s: %s", agent_id, e)
+            return None
+        return answer.nats_jwt
 
     def backend(self) -> BackendClient:
         if self._backend is None:
@@ -444,20 +454,15 @@ class AgentRuntime:
             jitter=s.nats_reconnect_jitter,
         )
         session = NatsSession(
-            self.store, self.readiness, policy=policy, on_message=self._on_message
+            self.store,
+            self.readiness,
+            policy=policy,
+            on_message=self._on_message,
+            fetch_jwt=self._fetch_jwt,
         )
         self.session = session
         ledger = self.ledger
         assert ledger is not None
-        updater = SelfUpdater(
-            agent_type=s.agent_type,
-            version=__version__,
-            data_dir=s.data_dir,
-            signing_key=self.signing_key,
-            program=self.program,
-            health_timeout=s.update_health_timeout,
-            files=self.program_files,
-        )
         rotation = CredentialRotation(
             self.store, self.backend, session, host_root=s.host_root, host_sys=s.host_sys
         )
@@ -467,7 +472,7 @@ class AgentRuntime:
             {
                 CommandKind.PING: ping_handler(self._ping_detail),
                 CommandKind.ROTATE_CREDENTIALS: rotation,
-                CommandKind.SELF_UPDATE: self_update_handler(updater, self.request_exec),
+                CommandKind.SELF_UPDATE: self_update_handler(self._updater, self.request_exec),
             },
         )
         collectors = self._collectors(s, state)
@@ -521,6 +526,22 @@ class AgentRuntime:
             with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
                 await asyncio.wait_for(session_task, policy.drain_timeout + 1)
             await asyncio.gather(*tasks[1:], stopper, return_exceptions=True)
+
+    def _updater(self) -> SelfUpdater:
+        if self._self_updater is None:
+            from agent.selfupdate import SelfUpdater
+
+            s = self.settings
+            self._self_updater = SelfUpdater(
+                agent_type=s.agent_type,
+                version=__version__,
+                data_dir=s.data_dir,
+                signing_key=self.signing_key,
+                program=self.program,
+                health_timeout=s.update_health_timeout,
+                files=self.program_files,
+            )
+        return self._self_updater
 
     def _on_message(self, subject: str, payload: bytes) -> None:
         if self.dispatcher is not None:

@@ -47,7 +47,7 @@ from agent.handover import (
     program_argv,
 )
 from agent.httpclient import DownloadTooLargeError, HttpRequest, TransportError, UrllibTransport
-from agent.program import FileOperationError, ProgramFiles, running_program, self_update_blocker
+from agent.program import FileOperationError, ProgramFiles, self_update_blocker
 from agent.signatures import SigningPublicKey
 from contracts.agent_types import AgentType
 from contracts.durations import format_duration
@@ -132,10 +132,6 @@ class SelfUpdater:
         self.markers = MarkerStore(data_dir)
         self.max_bytes = max_bytes
         self._download = download or UrllibTransport().download
-
-    @classmethod
-    def program_for(cls, configured: Path | None) -> Path | None:
-        return configured or running_program()
 
     # -- the command ----------------------------------------------------------------------
 
@@ -342,9 +338,7 @@ class SelfUpdater:
             restored = self._restore(marker)
             self.markers.remove()
             raise UpdateFailedError(problem + (restored or f"; restored {self.version}"))
-        handover = marker.model_copy(
-            update={"phase": Phase.HANDOVER, "deadline": time.time() + self.health_timeout}
-        )
+        handover = marker.with_(phase=Phase.HANDOVER, deadline=time.time() + self.health_timeout)
         self.markers.write(handover)
         log.info(
             "self_update: %s passed its trial; handing over (healthy within %s or %s comes back)",

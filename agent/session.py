@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -118,8 +118,12 @@ class NatsSession:
         on_message: Callable[[str, bytes], None],
         retry_log: RetryLog | None = None,
         trial: bool = False,
+        fetch_jwt: Callable[[str, str], Awaitable[str | None]] | None = None,
     ) -> None:
         self.store = store
+        # Asks the Console for a JWT for a key (agent id, seed) when the state holds none for it:
+        # after a rotation whose answer was lost, say. None: no way to ask (tests, trials).
+        self.fetch_jwt = fetch_jwt
         # A build under trial proves it can connect with the identity, and nothing more: it
         # subscribes to nothing (commands belong to the running agent) and writes no state.
         self.trial = trial
@@ -364,7 +368,9 @@ class NatsSession:
         self._reconnect.clear()
         self._reconnect_reason = ""
         try:
-            connected = await self._connect(state.nats_url, state.seed.get_secret_value())
+            connected = await self._connect(
+                state.nats_url, state.seed.get_secret_value(), state.nats_jwt
+            )
         except NatsAuthorizationError:
             if state.pending_seed is None or self.trial:
                 raise
@@ -372,14 +378,19 @@ class NatsSession:
             self._key = state.public_key
             return connected
         pending = state.pending_seed.get_secret_value()
+        pending_jwt = state.pending_jwt
+        if pending_jwt is None and self.fetch_jwt is not None:
+            pending_jwt = await self.fetch_jwt(state.agent_id, pending)
         log.info(
             "nats refused the current key of agent %s; trying the key of an unfinished "
             "credential rotation (%s)",
             state.agent_id,
             public_key(pending),
         )
-        connected = await self._connect(state.nats_url, pending)
-        self.store.update(seed=pending, pending_seed=None, rotated_at=datetime.now(UTC))
+        connected = await self._connect(state.nats_url, pending, pending_jwt)
+        self.store.update(
+            seed=pending, nats_jwt=pending_jwt, pending_seed=None, rotated_at=datetime.now(UTC)
+        )
         self._key = public_key(pending)
         log.warning(
             "credential rotation completed: nats accepted the pending key %s; it is now the "
@@ -388,7 +399,9 @@ class NatsSession:
         )
         return connected
 
-    async def _connect(self, url: str, seed: str) -> tuple[Client, asyncio.Event]:
+    async def _connect(
+        self, url: str, seed: str, jwt: str | None = None
+    ) -> tuple[Client, asyncio.Event]:
         closed = asyncio.Event()
         connecting = True
         last_error: list[BaseException] = []
@@ -415,6 +428,9 @@ class NatsSession:
             "servers": [u.strip() for u in url.split(",") if u.strip()],
             "name": f"proxima-agent {self.agent_id}",
             "nkeys_seed_str": seed,
+            # The seed signs the server's nonce; the JWT (signed by the fleet account) says who
+            # this key is and what it may do.
+            **({"user_jwt_cb": _constant(jwt.encode())} if jwt else {}),
             # Our supervisor reconnects; nats-py gets exactly one go per connect.
             "allow_reconnect": False,
             "max_reconnect_attempts": 1,
@@ -439,3 +455,10 @@ class NatsSession:
         finally:
             connecting = False
         return client, closed
+
+
+def _constant(value: bytes) -> Callable[[], bytes]:
+    def get() -> bytes:
+        return value
+
+    return get

@@ -68,6 +68,10 @@ class AgentState(BaseModel):
         default=None, description="A rotated key written before the Console confirmed it"
     )
     nats_url: str = Field(min_length=1)
+    nats_jwt: str | None = Field(
+        default=None, description="NATS user JWT for ``seed`` (signed by the fleet account)"
+    )
+    pending_jwt: str | None = Field(default=None, description="NATS user JWT for pending_seed")
     backend_url: str = Field(min_length=1)
     client_id: str
     environment_id: str
@@ -205,6 +209,8 @@ class StateStore:
 
     def update(self, **changes: Any) -> AgentState:
         """Write ``current`` with ``changes`` applied, then make it current."""
+        if changes.get("pending_seed", ...) is None:
+            changes.setdefault("pending_jwt", None)
         for key in ("seed", "pending_seed"):
             if isinstance(changes.get(key), str):
                 changes[key] = SecretStr(changes[key])

@@ -68,9 +68,11 @@ class EnrollResponse(BaseModel):
     client_id: str
     environment_id: str
     nats_url: str
-    nats_jwt: str = Field(
+    nats_jwt: str | None = Field(
+        default=None,
         description="The identity's NATS user JWT: its permissions, signed by the fleet account. "
-        "Connect with it and the nkey seed (it is not a secret without the seed)."
+        "Connect with it and the nkey seed (it is not a secret without the seed). The Console "
+        "always sends one; None only for servers that know agents as bare nkey users.",
     )
     rebound: bool = Field(description="True when this enrollment re-bound an existing record")
 
@@ -127,7 +129,7 @@ class NatsCredentials(BaseModel):
 class RotationAccepted(BaseModel):
     agent_id: str
     public_key: str
-    nats_jwt: str
+    nats_jwt: str | None = None
 
 
 class RotationProof(BaseModel):

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
@@ -313,6 +314,115 @@ class FakeConsole:
             self._server.server_close()
 
 
+# -- builds and where agents download them --------------------------------------------------
+
+BUILD_SCRIPT = ROOT / "scripts" / "build_agent.py"
+
+
+@dataclass(frozen=True)
+class Build:
+    """One built zipapp, as ``scripts/build_agent.py --json`` described it."""
+
+    version: str
+    path: Path
+    sha256: str
+    signature: str | None
+
+    def artifact(self, base_url: str, **overrides: Any) -> dict[str, Any]:
+        """``self_update`` args for this build served from ``base_url``."""
+        args: dict[str, Any] = {
+            "rollout_id": "ro_test",
+            "version": self.version,
+            "url": f"{base_url}/{self.path.name}",
+            "sha256": self.sha256,
+            "signature": self.signature,
+        }
+        args.update(overrides)
+        return args
+
+
+def build_script(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(BUILD_SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def make_signing_key(directory: Path) -> tuple[Path, str]:
+    """(private key file, public key text) made by the real ``keygen``."""
+    result = build_script("keygen", "--out", str(directory), "--json")
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    return Path(info["private_key_file"]), str(info["public_key"])
+
+
+def build_agent(
+    version: str, out: Path, *, key: Path | None, source_root: Path = ROOT, name: str | None = None
+) -> Build:
+    args = ["--version", version, "--out", str(out), "--source-root", str(source_root), "--json"]
+    if key is not None:
+        args += ["--signing-key", str(key)]
+    if name is not None:
+        args += ["--name", name]
+    result = build_script(*args)
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    return Build(version, Path(info["artifact"]), info["sha256"], info["signature"])
+
+
+def patched_source(target: Path, *patches: tuple[str, str]) -> Path:
+    """A copy of the agent's sources with ``(module path, code appended)`` patches: how the
+    tests make a broken new build with the real build script."""
+    for package in ("agent", "contracts"):
+        shutil.copytree(
+            ROOT / package, target / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    for module, code in patches:
+        with open(target / module, "a") as handle:
+            handle.write("\n\n" + code + "\n")
+    return target
+
+
+class ArtifactServer:
+    """Serves the files of one directory over HTTP on loopback; counts downloads."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.downloads: list[str] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                name = self.path.lstrip("/")
+                path = server.directory / name
+                if "/" in name or not path.is_file():
+                    self.send_error(404, "Not Found")
+                    return
+                server.downloads.append(name)
+                data = path.read_bytes()
+                self.send_response(200)
+                self.send_header("content-type", "application/octet-stream")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
 # -- agent subprocesses ---------------------------------------------------------------------
 
 
@@ -338,37 +448,65 @@ def run_cli(
 
 
 class AgentProcess:
-    """``python -m agent run …`` with its stderr collected line by line."""
+    """``python -m agent run …`` (or ``python <program> run …``) with its stderr collected line
+    by line. ``wrapper`` goes in front of the interpreter (``unshare …``); with
+    ``restart_on_failure`` a non-zero exit starts the same command again, as systemd's
+    ``Restart=on-failure`` would."""
 
-    def __init__(self, data_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        program: Path | None = None,
+        wrapper: list[str] | None = None,
+        restart_on_failure: bool = False,
+    ) -> None:
         self.data_dir = data_dir
         self.lines: list[str] = []
         self._queue: queue.Queue[str] = queue.Queue()
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "agent",
-                "run",
-                "--data-dir",
-                str(data_dir),
-                "--health-port",
-                "0",
-                *args,
-            ],
+        start = [str(program)] if program is not None else ["-m", "agent"]
+        self.argv = [
+            *(wrapper or []),
+            sys.executable,
+            *start,
+            "run",
+            "--data-dir",
+            str(data_dir),
+            "--health-port",
+            "0",
+            *args,
+        ]
+        self.env = env or agent_env()
+        self.restart_on_failure = restart_on_failure
+        self.exits: list[int] = []
+        self._stopping = False
+        self.process = self._spawn()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _spawn(self) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            self.argv,
             cwd=ROOT,
-            env=env or agent_env(),
+            env=self.env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
         )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
 
     def _read(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.lines.append(line.rstrip("\n"))
+        while True:
+            process = self.process
+            assert process.stderr is not None
+            for line in process.stderr:
+                self.lines.append(line.rstrip("\n"))
+            code = process.wait()
+            self.exits.append(code)
+            if self._stopping or not self.restart_on_failure or code == 0:
+                return
+            self.lines.append(f"[testkit] agent exited with {code}: restarting it")
+            self.process = self._spawn()
 
     @property
     def output(self) -> str:
@@ -379,7 +517,7 @@ class AgentProcess:
             for line in list(self.lines):
                 if text in line:
                     return line
-            if self.process.poll() is not None:
+            if self.process.poll() is not None and not self.restart_on_failure:
                 raise AssertionError(
                     f"agent exited ({self.process.returncode}) before logging {text!r}:\n"
                     + self.output
@@ -407,6 +545,7 @@ class AgentProcess:
         return http_get(self.health_port(), path)
 
     def stop(self, timeout: float = 10.0) -> int:
+        self._stopping = True
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from agent.backend import BackendClient
-from agent.httpclient import HttpRequest, HttpResponse, Transport
 from agent.backoff import Backoff, RetryLog
 from agent.enrollment import Enroller, EnrollmentConfig, InstallToken
 from agent.health import Readiness
+from agent.httpclient import HttpRequest, HttpResponse, Transport
 from agent.state import StateStore
 from contracts.agent_types import AgentType
 from contracts.enrollment import EnrollRequest, enrollment_message

@@ -90,7 +90,8 @@ async def test_a_command_sent_twice_runs_once_and_both_get_the_result(
     assert first.detail["pong"] is True
     assert first.detail["instance_id"] == runtime.instance_id
     assert update.status is CommandStatus.REJECTED
-    assert update.error == "self_update not supported by this build yet"
+    # Started without a signing key (and not from a single-file build): refused, not tried.
+    assert update.error == "no signing public key configured: refusing to install unsigned builds"
 
     # The ledger survives a restart: the same command id is still not run again.
     results.messages.clear()
