@@ -2,18 +2,24 @@
 
 A :class:`Collector` has a name, an interval and one coroutine that returns what to publish now.
 The runtime runs each one in :func:`collector_loop`: once right after every (re)connection, then
-every interval, skipped while disconnected. Which collectors an agent runs is decided by a
-:data:`CollectorFactory` from its settings and identity; :func:`default_collectors` gives host
-metrics to ``host`` and ``k8s-node-monitor`` agents. The Kubernetes collectors (kubelet metrics,
-cluster inventory) plug in here by agent type, without touching the runtime.
+every interval, skipped while disconnected. A collector with its own schedule (a
+:class:`SelfScheduled` one: the cluster collector, which must lead before it publishes) runs its
+own ``run(session)`` instead. A collector may also add fields to every heartbeat
+(:class:`HeartbeatContributor`: the collector's ``leader`` flag, say).
+
+Which collectors an agent runs is decided by a :data:`CollectorFactory` from its settings and
+identity. :func:`default_collectors` gives host metrics to ``host`` agents, host and kubelet
+metrics to ``k8s-node-monitor`` (:mod:`agent.node`), and the inventory to
+``k8s-cluster-collector`` (:mod:`agent.cluster`, imported only for that type: it is the one
+place that loads the kubernetes client).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from agent.heartbeat import Ticker, run_periodically
 from agent.session import NatsSession
@@ -24,9 +30,12 @@ from contracts.agent_types import AgentType
 __all__ = [
     "Collector",
     "CollectorFactory",
+    "HeartbeatContributor",
     "Publication",
+    "SelfScheduled",
     "collector_loop",
     "default_collectors",
+    "heartbeat_fields",
 ]
 
 log = logging.getLogger(__name__)
@@ -49,12 +58,53 @@ class Collector(Protocol):
         ...
 
 
+@runtime_checkable
+class SelfScheduled(Protocol):
+    """A collector that keeps its own schedule: :func:`collector_loop` just runs this."""
+
+    async def run(self, session: NatsSession) -> None: ...
+
+
+@runtime_checkable
+class HeartbeatContributor(Protocol):
+    def heartbeat_fields(self) -> Mapping[str, Any]:
+        """Fields of :class:`contracts.messages.Heartbeat` to set in the next heartbeat."""
+        ...
+
+
 CollectorFactory = Callable[[AgentSettings, AgentState], list[Collector]]
 
 
+def heartbeat_fields(
+    settings: AgentSettings, collectors: Sequence[Collector]
+) -> Callable[[], dict[str, Any]]:
+    """What every heartbeat adds to the runtime's own fields: the cluster slug of a Kubernetes
+    agent, and whatever its collectors report (the collector's leadership)."""
+    static: dict[str, Any] = {}
+    if settings.agent_type is not AgentType.HOST and settings.cluster_slug:
+        static["cluster_slug"] = settings.cluster_slug
+    contributors = [c for c in collectors if isinstance(c, HeartbeatContributor)]
+
+    def fields() -> dict[str, Any]:
+        merged = dict(static)
+        for contributor in contributors:
+            merged.update(contributor.heartbeat_fields())
+        return merged
+
+    return fields
+
+
 def default_collectors(settings: AgentSettings, state: AgentState) -> list[Collector]:
+    if state.agent_type is AgentType.K8S_CLUSTER_COLLECTOR:
+        from agent.cluster import cluster_collectors
+
+        return cluster_collectors(settings, state)
+    if state.agent_type is AgentType.K8S_NODE_MONITOR:
+        from agent.node import node_collectors
+
+        return node_collectors(settings, state)
     collectors: list[Collector] = []
-    if settings.host_metrics and state.agent_type in (AgentType.HOST, AgentType.K8S_NODE_MONITOR):
+    if settings.host_metrics and state.agent_type is AgentType.HOST:
         from agent.host import HostMetricsCollector
 
         collectors.append(
@@ -69,6 +119,10 @@ def default_collectors(settings: AgentSettings, state: AgentState) -> list[Colle
 
 
 async def collector_loop(session: NatsSession, collector: Collector) -> None:
+    if isinstance(collector, SelfScheduled):
+        await collector.run(session)
+        return
+
     async def send() -> bool:
         if not session.readiness.nats_connected:
             return False

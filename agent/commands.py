@@ -208,9 +208,9 @@ class CommandDispatcher:
             )
 
     async def conclude(self, result: CommandResult) -> None:
-        """Record and publish the result of a command run by an earlier process (the build
-        that handed over, or the one that came back)."""
-        self.ledger.finish(result)
+        """Publish the result of a command concluded outside this loop (a ``self_update`` the
+        previous build handed over). The caller has recorded it in the ledger already: the
+        record must come before the update's files are cleaned up."""
         log.info(
             "command %s (%s) %s%s",
             result.command_id,

@@ -10,9 +10,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from agent.session import NatsSession
 from contracts import subjects
@@ -36,6 +37,10 @@ class HeartbeatInfo:
     can_self_update: bool
     labels: dict[str, str] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
+    # Asked at every heartbeat: fields that change (the collector's ``leader``) or that only
+    # some agent types have (``cluster_slug``, ``sync_interval_seconds``). They win over the
+    # fields above (a cluster collector reports no metrics interval).
+    fields: Callable[[], Mapping[str, Any]] | None = None
 
 
 class Ticker:
@@ -70,18 +75,21 @@ async def run_periodically(
 
 
 def build_heartbeat(agent_id: str, info: HeartbeatInfo) -> Heartbeat:
-    return Heartbeat(
-        agent_id=agent_id,
-        instance_id=info.instance_id,
-        agent_type=info.agent_type,
-        version=info.version,
-        sent_at=datetime.now(UTC),
-        uptime_seconds=round(time.monotonic() - info.started, 3),
-        heartbeat_interval_seconds=info.heartbeat_interval,
-        metrics_interval_seconds=info.metrics_interval,
-        can_self_update=info.can_self_update,
-        labels=info.labels,
-    )
+    values: dict[str, Any] = {
+        "agent_id": agent_id,
+        "instance_id": info.instance_id,
+        "agent_type": info.agent_type,
+        "version": info.version,
+        "sent_at": datetime.now(UTC),
+        "uptime_seconds": round(time.monotonic() - info.started, 3),
+        "heartbeat_interval_seconds": info.heartbeat_interval,
+        "metrics_interval_seconds": info.metrics_interval,
+        "can_self_update": info.can_self_update,
+        "labels": info.labels,
+    }
+    if info.fields is not None:
+        values.update(info.fields())
+    return Heartbeat(**values)
 
 
 async def heartbeat_loop(session: NatsSession, info: HeartbeatInfo) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import ssl
     import urllib.request
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "Transport",
     "TransportError",
     "UrllibTransport",
+    "tls_context",
 ]
 
 _CHUNK = 64 * 1024
@@ -40,6 +42,7 @@ class HttpRequest:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes | None = None
     timeout: float = 15.0
+    follow_redirects: bool = False
 
     @property
     def path(self) -> str:
@@ -108,34 +111,54 @@ def _describe(error: BaseException) -> str:
     return text or error.__class__.__name__
 
 
+def tls_context() -> ssl.SSLContext:
+    """What httpx verified against before: ``SSL_CERT_FILE``/``SSL_CERT_DIR`` when set, else
+    certifi's bundle when installed, else the system store."""
+    import os
+    import ssl
+
+    cafile, capath = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+    if cafile or capath:
+        return ssl.create_default_context(cafile=cafile or None, capath=capath or None)
+    try:
+        import certifi
+    except ImportError:
+        return ssl.create_default_context()
+    return ssl.create_default_context(cafile=certifi.where())
+
+
 class UrllibTransport:
-    """The real network. Thread-blocking: call it through ``asyncio.to_thread``."""
+    """The real network. Thread-blocking: call it through ``asyncio.to_thread``.
+
+    Redirects are followed only when the request asks (downloads: a package registry answers
+    with one to its object store, and the build is verified by digest and signature anyway);
+    for the Console's API a redirect is an answer, as it was with httpx.
+    """
 
     def __init__(self) -> None:
-        self._plain: urllib.request.OpenerDirector | None = None
-        self._tls: urllib.request.OpenerDirector | None = None
+        self._openers: dict[tuple[bool, bool], urllib.request.OpenerDirector] = {}
+        self._tls: ssl.SSLContext | None = None
 
-    def _opener_for(self, url: str) -> urllib.request.OpenerDirector:
+    def _opener_for(self, url: str, follow: bool) -> urllib.request.OpenerDirector:
         import urllib.request
 
-        class NoRedirect(urllib.request.HTTPRedirectHandler):
-            """A redirect is an answer, not something to follow silently (httpx's default)."""
+        tls = url.startswith("https://")
+        opener = self._openers.get((tls, follow))
+        if opener is not None:
+            return opener
 
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
             def redirect_request(self, *args: Any, **kwargs: Any) -> None:
                 return None
 
-        if not url.startswith("https://"):
-            if self._plain is None:
-                self._plain = urllib.request.build_opener(NoRedirect())
-            return self._plain
-        if self._tls is None:
-            import ssl
-
-            context = ssl.create_default_context()
-            self._tls = urllib.request.build_opener(
-                NoRedirect(), urllib.request.HTTPSHandler(context=context)
-            )
-        return self._tls
+        handlers: list[Any] = [] if follow else [NoRedirect()]
+        if tls:
+            if self._tls is None:
+                self._tls = tls_context()
+            handlers.append(urllib.request.HTTPSHandler(context=self._tls))
+        opener = urllib.request.build_opener(*handlers)
+        self._openers[(tls, follow)] = opener
+        return opener
 
     def _open(self, request: HttpRequest) -> Any:
         import urllib.error
@@ -147,7 +170,8 @@ class UrllibTransport:
             request.url, data=request.body, headers=request.headers, method=request.method
         )
         try:
-            return self._opener_for(request.url).open(raw, timeout=request.timeout)
+            opener = self._opener_for(request.url, request.follow_redirects)
+            return opener.open(raw, timeout=request.timeout)
         except urllib.error.HTTPError as e:
             return e  # an answer: status and body are read like a success
         except (urllib.error.URLError, OSError, ValueError) as e:

@@ -26,7 +26,12 @@ from typing import TYPE_CHECKING, Any
 from agent import __version__
 from agent.backend import BackendClient
 from agent.backoff import Backoff
-from agent.collectors import CollectorFactory, collector_loop, default_collectors
+from agent.collectors import (
+    CollectorFactory,
+    collector_loop,
+    default_collectors,
+    heartbeat_fields,
+)
 from agent.commands import (
     CommandDispatcher,
     CommandLedger,
@@ -103,7 +108,6 @@ class AgentRuntime:
         self.trial = trial
         self.exec_request: ExecRequest | None = None
         self._probation: tuple[UpdateMarker, float] | None = None
-        self._pending_results: list[CommandResult] = []
         self._collectors = collectors
         self._self_updater: SelfUpdater | None = None
         self._backend_transport = backend_transport
@@ -236,6 +240,8 @@ class AgentRuntime:
                 if state is None:
                     return
                 self._open_ledger(state)
+                if self.exec_request is not None:
+                    return
             else:
                 self.readiness.mark_enrolled()
                 self._note_identity(state)
@@ -262,19 +268,21 @@ class AgentRuntime:
             store=self.markers,
             files=self.program_files,
         )
-        self._apply(decision)
+        self._apply(ledger, decision)
 
-    def _apply(self, decision: StartDecision) -> None:
+    def _apply(self, ledger: CommandLedger, decision: StartDecision) -> None:
         marker = decision.marker
         assert marker is not None
         if decision.exec_request is not None:
             self.exec_request = decision.exec_request
             return
         if decision.failure is not None:
-            self._pending_results.append(
+            # Recorded before the marker goes (a crash in between only repeats the cleanup);
+            # published by the dispatcher on the first connection, like any undelivered result.
+            ledger.finish(
                 CommandResult(
                     command_id=marker.command_id,
-                    agent_id=self.ledger.agent_id if self.ledger else "",
+                    agent_id=ledger.agent_id,
                     kind=CommandKind.SELF_UPDATE,
                     status=CommandStatus.FAILED,
                     finished_at=datetime.now(UTC),
@@ -282,9 +290,6 @@ class AgentRuntime:
                     detail=marker.failure_detail(),
                 )
             )
-            assert self.ledger is not None
-            # Recorded before the marker goes: a crash in between only repeats the cleanup.
-            self.ledger.finish(self._pending_results[-1])
             log.warning("self_update to %s failed: %s", marker.new_version, decision.failure)
         if decision.remove_backup:
             with contextlib.suppress(OSError):
@@ -335,11 +340,13 @@ class AgentRuntime:
         if status is CommandStatus.SUCCEEDED:
             with contextlib.suppress(OSError):
                 self.program_files.remove(marker.backup)
+            entry = self.dispatcher.ledger.get(marker.command_id)
+            since = entry.received_at if entry is not None else marker.started_at
             log.info(
-                "self_update complete: %s -> %s (took %.1fs)",
+                "self_update complete: %s -> %s (%.1fs after the command arrived)",
                 marker.old_version,
                 marker.new_version,
-                (datetime.now(UTC) - marker.started_at).total_seconds(),
+                (datetime.now(UTC) - since).total_seconds(),
             )
         self.markers.remove()
         self._probation = None
@@ -485,6 +492,7 @@ class AgentRuntime:
             can_self_update=self.can_self_update,
             labels=s.labels,
             started=self.started,
+            fields=heartbeat_fields(s, collectors),
         )
         log.info(
             "heartbeat every %s; %s",
@@ -518,13 +526,16 @@ class AgentRuntime:
                 if stopper in done:
                     break
         finally:
+            # Only a live connection has anything to drain: a session that never connected
+            # (a new build rolled back for it) gets a second, not the drain timeout.
+            drain = policy.drain_timeout + 1 if self.readiness.nats_connected else 1.0
             await session.stop()
             session_task = tasks[0]
             for task in tasks[1:]:
                 task.cancel()
             stopper.cancel()
             with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
-                await asyncio.wait_for(session_task, policy.drain_timeout + 1)
+                await asyncio.wait_for(session_task, drain)
             await asyncio.gather(*tasks[1:], stopper, return_exceptions=True)
 
     def _updater(self) -> SelfUpdater:

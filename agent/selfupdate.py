@@ -171,6 +171,7 @@ class SelfUpdater:
                 error=f"another self_update (command {running.command_id}) is in progress",
             )
         rollout = command.args.get("rollout_id")
+        _sweep_staged(self.program, self.data_dir)
         try:
             request = await self._update(
                 command.command_id,
@@ -214,7 +215,13 @@ class SelfUpdater:
             log.info("cannot stage beside %s (%s); staging in %s", program, e, self.data_dir)
             sink, staged = _stage_file(self.data_dir, program.name)
         digest = hashlib.sha256()
-        request = HttpRequest("GET", url, headers={"user-agent": f"proxima-agent/{self.version}"})
+        request = HttpRequest(
+            "GET",
+            url,
+            headers={"user-agent": f"proxima-agent/{self.version}"},
+            timeout=60.0,
+            follow_redirects=True,
+        )
         try:
             with sink:
                 response = await asyncio.to_thread(
@@ -454,6 +461,21 @@ class SelfUpdater:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
+
+
+def _sweep_staged(program: Path, data_dir: Path, older_than: float = 3600.0) -> None:
+    """Temp files of downloads cut short by a crash (old enough not to be another agent's)."""
+    now = time.time()
+    for directory in (program.parent, data_dir):
+        try:
+            leftovers = list(directory.glob(f".{program.name}.new-*"))
+        except OSError:
+            continue
+        for path in leftovers:
+            with contextlib.suppress(OSError):
+                if now - path.stat().st_mtime > older_than:
+                    path.unlink()
+                    log.info("removed %s, left by an interrupted self_update", path)
 
 
 def _copy_mode(program: Path, staged: Path) -> None:

@@ -155,6 +155,14 @@ class NatsSession:
         return self._key if self._state is SessionState.CONNECTED else None
 
     @property
+    def max_payload(self) -> int | None:
+        """The server's ``max_payload`` (from its INFO) on the live connection, else ``None``."""
+        client = self._client
+        if client is None or self._state is not SessionState.CONNECTED:
+            return None
+        return int(client.max_payload)
+
+    @property
     def agent_id(self) -> str:
         return self.store.current.agent_id
 
@@ -275,6 +283,8 @@ class NatsSession:
                     attempt = 0
                     self._retry_log.reset()
                     verb = "reconnected" if ever_connected else "connected"
+                    if self.trial:
+                        verb += " (update trial: no subscriptions)"
                     ever_connected = True
                     deliberate = await self._hold(client, closed, verb)
                     if self._stop.is_set():

@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -24,6 +25,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from agent.errors import ConfigError
 from contracts.agent_types import AgentType
 from contracts.durations import parse_duration
+from contracts.slugs import is_dns_label, slugify
 
 __all__ = ["AgentSettings", "LogFormat", "LogLevel", "build_settings", "parse_labels"]
 
@@ -88,8 +90,27 @@ def _positive(value: float) -> float:
     return value
 
 
+def parse_names(value: Any) -> tuple[str, ...]:
+    """``a,b`` (as the chart joins a list) as a tuple of DNS labels; empty text is none."""
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names: list[str] = []
+    for item in items:
+        name = str(item).strip()
+        if not name:
+            continue
+        if not is_dns_label(name):
+            raise ValueError(f"{name!r} is not a namespace name (a DNS label)")
+        if name not in names:
+            names.append(name)
+    return tuple(names)
+
+
 Duration = Annotated[float, BeforeValidator(_duration)]
 Labels = Annotated[dict[str, str], NoDecode, BeforeValidator(parse_labels)]
+Names = Annotated[tuple[str, ...], NoDecode, BeforeValidator(parse_names)]
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
 class AgentSettings(BaseSettings):
@@ -123,18 +144,87 @@ class AgentSettings(BaseSettings):
     program_path: Path | None = None
     update_health_timeout: Duration = 60.0
 
-    # Reserved for the node monitor and cluster collector; accepted so the chart's env vars do
-    # not break startup of this build.
+    # Kubernetes agents (docs/kubernetes-agents.md). Both: the cluster they run in; the slug
+    # is derived from the name like the chart derives it when not given.
     cluster_name: str | None = None
-    cluster_slug: str | None = None
-    sync_interval: str | None = None
-    pod_limit: str | None = None
-    exclude_namespaces: str | None = None
-    lease_name: str | None = None
-    pod_namespace: str | None = None
-    replicas: str | None = None
+    cluster_slug: str | None = Field(default=None, validate_default=True)
+    service_account_dir: Path = SERVICE_ACCOUNT_DIR
+    # The node monitor: kubelet metrics (token and CA default to the ServiceAccount mount's).
     kubelet_url: str | None = None
-    kubelet_insecure_skip_verify: str | None = None
+    kubelet_insecure_skip_verify: bool = False
+    kubelet_token_file: Path | None = None
+    kubelet_ca_file: Path | None = None
+    # The cluster collector: inventory and leader election.
+    sync_interval: Duration = 300.0
+    pod_limit: int = Field(default=5000, ge=1)
+    exclude_namespaces: Names = ()
+    lease_name: str = "proxima-agent-cluster-agent"
+    pod_namespace: str | None = None
+    replicas: int = Field(default=1, ge=1)
+    lease_duration: Duration = 15.0
+    lease_renew_deadline: Duration = 10.0
+    lease_retry_period: Duration = Field(default=2.0, validate_default=True)
+
+    @field_validator("cluster_name", "pod_namespace", "kubelet_url", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value.strip() if isinstance(value, str) else value
+
+    @field_validator("lease_name", mode="before")
+    @classmethod
+    def _default_lease(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            return "proxima-agent-cluster-agent"
+        return value
+
+    @field_validator("cluster_slug")
+    @classmethod
+    def _check_cluster_slug(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and value.strip():
+            value = value.strip()
+            if not is_dns_label(value):
+                raise ValueError(
+                    f"{value!r} is not a DNS label: use at most 63 lowercase letters, digits "
+                    "and '-', starting and ending with a letter or digit"
+                )
+            return value
+        name = info.data.get("cluster_name")
+        collector = info.data.get("agent_type") is AgentType.K8S_CLUSTER_COLLECTOR
+        if name:
+            derived = slugify(name)
+            if not derived and collector:
+                raise ValueError(
+                    f"cluster name {name!r} has no letter or digit to derive a slug from: set "
+                    "PROXIMA_CLUSTER_SLUG"
+                )
+            return derived or None
+        if collector:
+            raise ValueError(
+                "a k8s-cluster-collector needs PROXIMA_CLUSTER_NAME (clusterAgent.clusterName) "
+                "or PROXIMA_CLUSTER_SLUG"
+            )
+        return None
+
+    @field_validator("kubelet_url")
+    @classmethod
+    def _check_kubelet_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with https:// (or http://)")
+        return value.rstrip("/") if value else value
+
+    @field_validator("lease_retry_period")
+    @classmethod
+    def _check_lease_timing(cls, value: float, info: ValidationInfo) -> float:
+        duration = info.data.get("lease_duration")
+        deadline = info.data.get("lease_renew_deadline")
+        if duration is not None and deadline is not None and not duration > deadline > value > 0:
+            raise ValueError(
+                "leader election needs PROXIMA_LEASE_DURATION > PROXIMA_LEASE_RENEW_DEADLINE > "
+                f"PROXIMA_LEASE_RETRY_PERIOD > 0, got {duration:g}s > {deadline:g}s > {value:g}s"
+            )
+        return value
 
     @field_validator("agent_type", "log_level", "log_format", mode="before")
     @classmethod
@@ -179,7 +269,11 @@ class AgentSettings(BaseSettings):
         return value.absolute()
 
     @field_validator(
-        "heartbeat_interval", "metrics_interval", "enroll_backoff_max", "update_health_timeout"
+        "heartbeat_interval",
+        "metrics_interval",
+        "enroll_backoff_max",
+        "update_health_timeout",
+        "sync_interval",
     )
     @classmethod
     def _check_positive(cls, value: float) -> float:

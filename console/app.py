@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from console.api.routes import (
     api_tokens,
     artifacts,
+    audit,
     clusters,
     enroll,
     fleet,
@@ -25,6 +26,7 @@ from console.api.routes import (
 from console.errors import ConsoleError
 from console.runtime import ConsoleRuntime
 from console.settings import ConsoleSettings
+from console.web import mount as mount_web
 from contracts import VERSION
 
 
@@ -131,8 +133,9 @@ def create_app(settings: ConsoleSettings, runtime: ConsoleRuntime | None = None)
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    for module in (enroll, fleet, install_tokens, api_tokens, rollouts, artifacts, clusters):
+    for module in (enroll, fleet, install_tokens, api_tokens, rollouts, artifacts, clusters, audit):
         app.include_router(module.router)
+    mount_web(app)
     app.add_middleware(
         BodyLimit,
         limit=settings.max_request_bytes,

@@ -13,6 +13,7 @@ back after another one has spoken, within two heartbeat intervals, flags the rec
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -29,7 +30,8 @@ from sqlmodel import Session
 
 from console.clock import utcnow
 from console.clusters import record_inventory
-from console.models import Agent, AgentEvent
+from console.models import Agent, AgentEvent, NatsRevocation
+from console.nats_jwt import decode_claims
 from console.rollouts import record_results
 from contracts import subjects
 from contracts.inventory import (
@@ -132,6 +134,7 @@ class Ingester:
         self._results: list[tuple[str, CommandResult]] = []
         self._chunks: dict[tuple[str, str], list[tuple[ChunkHeader, bytes]]] = {}
         self._inventories: dict[str, InventorySnapshot] = {}
+        self._refused: dict[str, int] = {}
         self._full = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.tracker = InstanceTracker()
@@ -185,6 +188,18 @@ class Ingester:
             self._inventories[agent_id] = snapshot
             self._full.set()
 
+    async def on_auth_error(self, msg: Any) -> None:
+        """The server refused a connection: note it when the key is one we took away."""
+        try:
+            client = json.loads(msg.data).get("client", {})
+            token = client.get("jwt")
+            public_key = decode_claims(token).get("sub") if token else client.get("nkey")
+        except (ValueError, AttributeError, IndexError):
+            return
+        if isinstance(public_key, str) and public_key:
+            self._refused[public_key] = self._refused.get(public_key, 0) + 1
+            self._full.set()
+
     async def on_metrics(self, msg: Any) -> None:
         try:
             agent_id = subjects.agent_id_of(msg.subject)
@@ -228,6 +243,9 @@ class Ingester:
         inventories, self._inventories = self._inventories, {}
         if inventories:
             await asyncio.to_thread(self._write_inventories, inventories)
+        refused, self._refused = self._refused, {}
+        if refused:
+            await asyncio.to_thread(self._write_refused, refused)
         if not batch and not metrics:
             return
         latest: dict[str, Heartbeat] = {}
@@ -249,6 +267,18 @@ class Ingester:
             HEARTBEAT_LAG.observe(max(0.0, (committed - sent).total_seconds()))
         HEARTBEATS.inc(len(batch))
         self.flushed += len(batch)
+
+    def _write_refused(self, refused: dict[str, int]) -> None:
+        now = utcnow()
+        with self._writer(), Session(self._engine) as session:
+            for public_key, count in refused.items():
+                row = session.get(NatsRevocation, public_key)
+                if row is None:
+                    continue  # a stranger's key: nothing of ours
+                row.refused_attempts += count
+                row.last_refused_at = now
+                session.add(row)
+            session.commit()
 
     def _write_inventories(self, inventories: dict[str, InventorySnapshot]) -> None:
         with self._writer(), Session(self._engine) as session:

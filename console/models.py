@@ -245,6 +245,10 @@ class NatsRevocation(SQLModel, table=True):
     agent_id: str = Field(foreign_key="agent.id", index=True, max_length=32)
     revoked_at: int = Field(description="unix seconds")
     reason: str = Field(max_length=32)
+    refused_attempts: int = Field(
+        default=0, description="connections the server refused for this key since"
+    )
+    last_refused_at: datetime | None = None
 
 
 class Cluster(SQLModel, table=True):
@@ -280,3 +284,31 @@ class ClusterInventory(SQLModel, table=True):
     cluster_id: str = Field(foreign_key="cluster.id", primary_key=True, max_length=32)
     collected_at: datetime
     objects: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+class AuditRun(SQLModel, table=True):
+    """One fleet audit (the fleet-audit flow posts its findings here)."""
+
+    __tablename__ = "audit_run"
+
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=32)
+    client_id: str = Field(foreign_key="client.id", index=True, max_length=32)
+    environment_id: str = Field(foreign_key="environment.id", index=True, max_length=32)
+    flow_run_id: str | None = Field(default=None, max_length=64)
+    created_at: datetime = Field(default_factory=utcnow, index=True)
+    summary: dict[str, int] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+class AuditFinding(SQLModel, table=True):
+    __tablename__ = "audit_finding"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(foreign_key="audit_run.id", index=True, max_length=32)
+    name: str = Field(max_length=64)
+    severity: str = Field(max_length=16)
+    subject_kind: str = Field(max_length=32)
+    subject_id: str | None = Field(default=None, max_length=253)
+    subject_name: str | None = Field(default=None, max_length=253)
+    message: str = Field(max_length=2048)
+    fix: str | None = Field(default=None, max_length=1024)
+    detail: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))

@@ -153,6 +153,25 @@ class NatsAuthority:
             sub=subjects.agent_subscribe_allow(agent_id),
         )
 
+    def system_user_jwt(self, public_key: str) -> str:
+        """A user of the system account: reads the server's advisories (refused connections)."""
+        return encode_jwt(
+            {
+                "sub": public_key,
+                "name": "proxima-console-system",
+                "nats": {
+                    "pub": {"allow": ["$SYS.REQ.>", "_INBOX.>"]},
+                    "sub": {"allow": ["$SYS.SERVER.*.CLIENT.AUTH.ERR", "_INBOX.>"]},
+                    "subs": -1,
+                    "data": -1,
+                    "payload": -1,
+                    "type": "user",
+                    "version": 2,
+                },
+            },
+            self.system_account,
+        )
+
     def console_jwt(self, public_key: str) -> str:
         return self.user_jwt(public_key=public_key, name="proxima-console", pub=[">"], sub=[">"])
 

@@ -31,6 +31,8 @@ from contracts.messages import Command, CommandKind
 
 log = logging.getLogger(__name__)
 
+AUTH_ERRORS = "$SYS.SERVER.*.CLIENT.AUTH.ERR"
+
 
 class ConsoleStartupError(RuntimeError):
     pass
@@ -56,6 +58,7 @@ class ConsoleRuntime:
         self.embedded: EmbeddedNats | None = None
         self.reloader: MonitoredReloader | None = None
         self.nc: NatsClient | None = None
+        self.sys_nc: NatsClient | None = None
         self.authorizer: NatsAuthorizer | None = None
         self.authority: NatsAuthority | None = None
         self.ingester = Ingester(
@@ -140,6 +143,16 @@ class ConsoleRuntime:
         await self.nc.subscribe(subjects.ALL_METRICS, cb=self.ingester.on_metrics)
         await self.nc.subscribe(subjects.ALL_RESULTS, cb=self.ingester.on_result)
         await self.nc.subscribe(subjects.ALL_INVENTORY, cb=self.ingester.on_inventory)
+        system_jwt = self.authority.system_user_jwt(console_pub).encode()
+        self.sys_nc = await nats.connect(
+            self.nats_url,
+            nkeys_seed_str=seed.decode(),
+            user_jwt_cb=lambda: system_jwt,
+            name="proxima-console-system",
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+        )
+        await self.sys_nc.subscribe(AUTH_ERRORS, cb=self.ingester.on_auth_error)
         self.ingester.start()
         self._sweeper = asyncio.create_task(self._sweep(), name="rollout-sweeper")
         log.info("console nats connected to %s", self.nats_url)
@@ -148,6 +161,11 @@ class ConsoleRuntime:
         if self._sweeper is not None:
             self._sweeper.cancel()
         await self.ingester.stop()
+        if self.sys_nc is not None:
+            try:
+                await self.sys_nc.close()
+            except Exception:
+                log.debug("nats system connection close failed", exc_info=True)
         if self.nc is not None:
             try:
                 await self.nc.drain()

@@ -99,6 +99,7 @@ class AgentFlag(StrEnum):
     ENROLLMENT_CONFLICT = "enrollment_conflict"
     NO_IDENTITY_EVIDENCE = "no_identity_evidence"
     CANNOT_SELF_UPDATE = "cannot_self_update"
+    REFUSED_STILL_CONNECTING = "refused_still_connecting"
 
 
 class AgentPublic(BaseModel):
@@ -116,6 +117,10 @@ class AgentPublic(BaseModel):
     can_self_update: bool
     labels: dict[str, str]
     flags: list[AgentFlag]
+    refused_connections: int = Field(
+        default=0, description="connections the server refused for this record's retired keys"
+    )
+    last_refused_at: datetime | None = None
     conflict: dict[str, Any] | None = Field(
         default=None, description="The latest enrollment clash on this record's name"
     )

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from console.clock import utcnow
-from console.models import Agent, AgentEvent, AgentEvidence, InstallToken
+from console.models import Agent, AgentEvent, AgentEvidence, InstallToken, NatsRevocation
 from console.schemas import (
     AgentDetail,
     AgentEventPublic,
@@ -31,8 +32,12 @@ def agent_status(agent: Agent, *, stale_seconds: float, now: datetime) -> AgentS
     return AgentStatus.OFFLINE
 
 
-def agent_flags(agent: Agent, *, has_evidence: bool | None = None) -> list[AgentFlag]:
+def agent_flags(
+    agent: Agent, *, has_evidence: bool | None = None, refusing_recently: bool = False
+) -> list[AgentFlag]:
     flags: list[AgentFlag] = []
+    if refusing_recently:
+        flags.append(AgentFlag.REFUSED_STILL_CONNECTING)
     if agent.shared_identity_since is not None:
         flags.append(AgentFlag.SHARED_IDENTITY)
     if agent.version_flapping_since is not None:
@@ -46,14 +51,39 @@ def agent_flags(agent: Agent, *, has_evidence: bool | None = None) -> list[Agent
     return flags
 
 
+def refused_by_agent(
+    session: Session, agent_ids: list[str]
+) -> dict[str, tuple[int, datetime | None]]:
+    """Per agent: connections refused for its retired keys, and the latest."""
+    if not agent_ids:
+        return {}
+    rows = session.exec(
+        select(
+            NatsRevocation.agent_id,
+            func.sum(NatsRevocation.refused_attempts),
+            func.max(NatsRevocation.last_refused_at),
+        )
+        .where(col(NatsRevocation.agent_id).in_(agent_ids))
+        .group_by(col(NatsRevocation.agent_id))
+    ).all()
+    return {a: (int(n or 0), last) for a, n, last in rows}
+
+
 def agent_public(
     agent: Agent,
     *,
     stale_seconds: float,
     now: datetime | None = None,
     has_evidence: bool | None = None,
+    refused: tuple[int, datetime | None] = (0, None),
 ) -> AgentPublic:
     now = now or utcnow()
+    refused_count, last_refused = refused
+    if last_refused is not None and last_refused.tzinfo is None:
+        last_refused = last_refused.replace(tzinfo=now.tzinfo)
+    refusing_recently = (
+        last_refused is not None and (now - last_refused).total_seconds() <= stale_seconds
+    )
     conflict = None
     if agent.last_conflict_at is not None:
         conflict = {
@@ -77,7 +107,9 @@ def agent_public(
         else None,
         can_self_update=agent.can_self_update,
         labels=agent.labels,
-        flags=agent_flags(agent, has_evidence=has_evidence),
+        flags=agent_flags(agent, has_evidence=has_evidence, refusing_recently=refusing_recently),
+        refused_connections=refused_count,
+        last_refused_at=last_refused,
         conflict=conflict,
         heartbeat_interval_seconds=agent.heartbeat_interval_seconds,
         metrics_interval_seconds=agent.metrics_interval_seconds,
@@ -96,7 +128,12 @@ def agent_detail(session: Session, agent: Agent, *, stale_seconds: float) -> Age
         .order_by(col(AgentEvent.at).desc(), col(AgentEvent.id).desc())
         .limit(100)
     ).all()
-    base = agent_public(agent, stale_seconds=stale_seconds, has_evidence=bool(evidence))
+    base = agent_public(
+        agent,
+        stale_seconds=stale_seconds,
+        has_evidence=bool(evidence),
+        refused=refused_by_agent(session, [agent.id]).get(agent.id, (0, None)),
+    )
     return AgentDetail(
         **base.model_dump(),
         evidence=[

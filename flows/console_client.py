@@ -6,6 +6,7 @@ from typing import Any
 
 import httpx
 
+from contracts.audit import AuditRunCreate, AuditRunPublic
 from contracts.rollouts import DispatchResult, RolloutCreate, RolloutPublic
 from flows.settings import FlowSettings
 
@@ -87,4 +88,41 @@ class ConsoleClient:
         body = {"reason": reason} if action in ("pause", "abort") else None
         return RolloutPublic.model_validate(
             self._call("POST", f"/api/v1/fleet/rollouts/{rollout_id}/{action}", json=body)
+        )
+
+    # fleet ----------------------------------------------------------------------------------
+    def agents(self, **filters: Any) -> list[dict[str, Any]]:
+        """Every agent matching ``filters`` (pages through the list)."""
+        items: list[dict[str, Any]] = []
+        offset = 0
+        while True:
+            page = self._call(
+                "GET", "/api/v1/fleet/agents", params={**filters, "limit": 1000, "offset": offset}
+            )
+            items.extend(page["items"])
+            offset += len(page["items"])
+            if not page["items"] or offset >= page["total"]:
+                return items
+
+    def agent(self, agent_id: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/api/v1/fleet/agents/{agent_id}"))
+
+    def release_identity(self, agent_id: str) -> dict[str, Any]:
+        return dict(self._call("POST", f"/api/v1/fleet/agents/{agent_id}/release-identity"))
+
+    def clusters(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/api/v1/clusters"))
+
+    def cluster(self, slug: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/api/v1/clusters/{slug}"))
+
+    def rollouts(self, limit: int = 20) -> list[RolloutPublic]:
+        return [
+            RolloutPublic.model_validate(r)
+            for r in self._call("GET", "/api/v1/fleet/rollouts", params={"limit": limit})
+        ]
+
+    def post_audit(self, body: AuditRunCreate) -> AuditRunPublic:
+        return AuditRunPublic.model_validate(
+            self._call("POST", "/api/v1/audit/runs", json=body.model_dump(mode="json"))
         )

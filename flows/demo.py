@@ -198,7 +198,7 @@ def run_demo(*, agents: int, heartbeat: str, workdir: Path, hold: float) -> int:
                     raise DemoError(f"only {len(online)}/{agents} agents came online in 120 s")
                 for proc in fleet.procs:
                     if proc.poll() is not None:
-                        raise DemoError(f"a process exited early ({proc.args}); see the logs")
+                        raise DemoError(f"a process exited early ({proc.args!r}); see the logs")
                 time.sleep(0.25)
         assert all_online_at is not None
         out.print(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from uuid import UUID
 from typing import Literal
 
 from prefect import flow, get_run_logger, task
@@ -74,7 +75,7 @@ def _describe(r: RolloutPublic) -> str:
 
 @task(name="run-wave", retries=2, retry_delay_seconds=2)
 def run_wave(
-    rollout_id: str, wave: int, progress_id: str | None, poll_seconds: float
+    rollout_id: str, wave: int, progress_id: UUID | None, poll_seconds: float
 ) -> WaveOutcome:
     """Dispatch one wave through the Console and wait for its results (or a halt)."""
     log = get_run_logger()
@@ -138,11 +139,11 @@ def fleet_rollout(
         )
         for ex in r.exclusions:
             log.info("excluded %s: %s (%s)", ex.agent_name, ex.reason, ex.detail)
-        progress_id = str(
-            create_progress_artifact(
-                _progress(r), key=f"rollout-{rollout_id[:12]}-progress", description=_describe(r)
-            )
+        created = create_progress_artifact(
+            _progress(r), key=f"rollout-{rollout_id[:12]}-progress", description=_describe(r)
         )
+        assert isinstance(created, UUID)  # sync context: Prefect returns the id, not a coroutine
+        progress_id = created
         wave = 0
         while wave < len(r.waves):
             if r.state in ("aborted", "succeeded", "failed"):

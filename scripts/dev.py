@@ -86,7 +86,7 @@ def test(pytest_args: list[str]) -> int:
     run(BIN / "ruff", "check", ".")
     run(BIN / "ruff", "format", "--check", ".")
     say("mypy (strict on contracts/ and rollout_policy/)")
-    run(BIN / "mypy", "contracts", "rollout_policy", "console", "agent")
+    run(BIN / "mypy", "contracts", "rollout_policy", "console", "agent", "flows")
     say("import-linter (layer rules from DESIGN.md)")
     run(BIN / "lint-imports")
     say("pytest")

@@ -385,16 +385,91 @@ def patched_source(target: Path, *patches: tuple[str, str]) -> Path:
     return target
 
 
+# A new build that hangs as soon as it starts, before it could read any update marker.
+HANG_AT_START = """
+import time as _time
+
+async def _hang(self, *, install_signal_handlers=True):
+    _time.sleep(3600)
+
+AgentRuntime.run = _hang
+"""
+
+# A new build that passes its trial but, started for real, never reaches NATS.
+NEVER_CONNECTS = """
+import asyncio as _asyncio
+
+_trial_run = NatsSession.run
+
+async def _never(self):
+    if self.trial:
+        return await _trial_run(self)
+    await _asyncio.Event().wait()
+
+NatsSession.run = _never
+"""
+
+# A new build that passes its trial but crashes as soon as it serves for real.
+CRASHES = """
+async def _crash(self, state):
+    raise RuntimeError("injected crash after the handover")
+
+AgentRuntime._serve = _crash
+"""
+
+
+@dataclass
+class Builds:
+    """The builds the self_update tests install and offer, all signed with ``key``."""
+
+    key: Path
+    public_key: str
+    dist: Path
+    old: Build
+    new: Build
+    hangs: Build
+    never_connects: Build
+    crashes: Build
+
+
+def make_builds(root: Path) -> Builds:
+    key, public = make_signing_key(root / "keys")
+    dist = root / "dist"
+    broken = root / "src"
+
+    def broken_build(version: str, name: str, module: str, code: str) -> Build:
+        source = patched_source(broken / name, (module, code))
+        return build_agent(version, dist, key=key, source_root=source)
+
+    return Builds(
+        key=key,
+        public_key=public,
+        dist=dist,
+        old=build_agent("0.8.0", dist, key=key),
+        new=build_agent("0.9.0", dist, key=key),
+        hangs=broken_build("0.9.1", "hangs", "agent/runtime.py", HANG_AT_START),
+        never_connects=broken_build("0.9.2", "never", "agent/session.py", NEVER_CONNECTS),
+        crashes=broken_build("0.9.3", "crashes", "agent/runtime.py", CRASHES),
+    )
+
+
 class ArtifactServer:
     """Serves the files of one directory over HTTP on loopback; counts downloads."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.downloads: list[str] = []
+        self.redirects: dict[str, str] = {}  # "/path" -> "Location"
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                if self.path in server.redirects:
+                    self.send_response(302)
+                    self.send_header("location", server.redirects[self.path])
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
                 name = self.path.lstrip("/")
                 path = server.directory / name
                 if "/" in name or not path.is_file():

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent.agent_testkit import AgentProcess, FakeConsole, NatsServer
+from tests.agent.agent_testkit import (
+    AgentProcess,
+    ArtifactServer,
+    Builds,
+    FakeConsole,
+    NatsServer,
+    make_builds,
+)
 
 
 @pytest.fixture
@@ -39,3 +46,18 @@ def agent_processes() -> Iterator[list[AgentProcess]]:
     finally:
         for proc in started:
             proc.stop()
+
+
+@pytest.fixture(scope="session")
+def builds(tmp_path_factory: pytest.TempPathFactory) -> Builds:
+    """0.8.0 and 0.9.0, and three broken 0.9.x builds, made once by the real build script."""
+    return make_builds(tmp_path_factory.mktemp("builds"))
+
+
+@pytest.fixture
+def artifacts(builds: Builds) -> Iterator[ArtifactServer]:
+    server = ArtifactServer(builds.dist)
+    try:
+        yield server
+    finally:
+        server.stop()

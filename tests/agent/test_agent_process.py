@@ -166,3 +166,26 @@ def test_two_processes_on_one_data_directory_are_warned_about(
     second = AgentProcess(data_dir, env=env)
     agent_processes.append(second)
     second.wait_for_log("another agent process is using data directory")
+
+
+def test_an_agent_that_just_enrolled_stays_under_50_mib(
+    tmp_path: Path,
+    nats_server: NatsServer,
+    fake_console: FakeConsole,
+    agent_processes: list[AgentProcess],
+) -> None:
+    """Regression: httpx and its TLS context stayed resident after enrollment (54 MiB, against
+    42 MiB for the same agent restarted). Enrollment now goes through urllib."""
+    import psutil
+
+    fake_console.nats = nats_server
+    data_dir = tmp_path / "data"
+    env = chart_env(fake_console, data_dir, PROXIMA_AGENT_TYPE="host", PROXIMA_LOG_LEVEL="info")
+    agent = AgentProcess(data_dir, env=env)
+    agent_processes.append(agent)
+    agent.wait_for_log("enrolled as agent")
+    wait_until(lambda: agent.get("/readyz") == (200, "ok"), what="ready")
+    agent.wait_for_log("nats connected to")
+    rss = psutil.Process(agent.process.pid).memory_info().rss / 2**20
+    print(f"RSS of the agent that just enrolled: {rss:.1f} MiB")
+    assert rss <= 50, f"{rss:.1f} MiB"

@@ -27,6 +27,7 @@ from tests.agent.agent_testkit import (
     AgentProcess,
     ArtifactServer,
     Build,
+    Builds,
     Inbox,
     NatsServer,
     agent_env,
@@ -34,97 +35,10 @@ from tests.agent.agent_testkit import (
     build_agent,
     enrolled,
     make_signing_key,
-    patched_source,
     send_command,
 )
 
 HEALTH_TIMEOUT = "4s"
-
-# A new build that hangs as soon as it starts, before it could read any update marker.
-HANG_AT_START = """
-import time as _time
-
-async def _hang(self, *, install_signal_handlers=True):
-    _time.sleep(3600)
-
-AgentRuntime.run = _hang
-"""
-
-# A new build that passes its trial but, started for real, never reaches NATS.
-NEVER_CONNECTS = """
-import asyncio as _asyncio
-
-_trial_run = NatsSession.run
-
-async def _never(self):
-    if self.trial:
-        return await _trial_run(self)
-    await _asyncio.Event().wait()
-
-NatsSession.run = _never
-"""
-
-# A new build that passes its trial but crashes as soon as it serves for real.
-CRASHES = """
-async def _crash(self, state):
-    raise RuntimeError("injected crash after the handover")
-
-AgentRuntime._serve = _crash
-"""
-
-
-@dataclass
-class Builds:
-    key: Path
-    public_key: str
-    dist: Path
-    old: Build
-    new: Build
-    hangs: Build
-    never_connects: Build
-    crashes: Build
-
-
-@pytest.fixture(scope="module")
-def builds(tmp_path_factory: pytest.TempPathFactory) -> Builds:
-    root = tmp_path_factory.mktemp("builds")
-    key, public = make_signing_key(root / "keys")
-    dist = root / "dist"
-    broken = root / "src"
-    return Builds(
-        key=key,
-        public_key=public,
-        dist=dist,
-        old=build_agent("0.8.0", dist, key=key),
-        new=build_agent("0.9.0", dist, key=key),
-        hangs=build_agent(
-            "0.9.1",
-            dist,
-            key=key,
-            source_root=patched_source(broken / "hangs", ("agent/runtime.py", HANG_AT_START)),
-        ),
-        never_connects=build_agent(
-            "0.9.2",
-            dist,
-            key=key,
-            source_root=patched_source(broken / "never", ("agent/session.py", NEVER_CONNECTS)),
-        ),
-        crashes=build_agent(
-            "0.9.3",
-            dist,
-            key=key,
-            source_root=patched_source(broken / "crashes", ("agent/runtime.py", CRASHES)),
-        ),
-    )
-
-
-@pytest.fixture
-def artifacts(builds: Builds) -> Iterator[ArtifactServer]:
-    server = ArtifactServer(builds.dist)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @dataclass
@@ -400,7 +314,7 @@ async def test_a_read_only_program_path_reports_the_real_rename_error(
     program_dir.mkdir()
     wrapper = _read_only_wrapper(program_dir)
     if wrapper is None:
-        pytest.skip("no private mount namespace here; see test_selfupdate_units for the seam")
+        pytest.skip("no private mount namespace here; see test_agent_selfupdate_units for the seam")
     host = install(
         tmp_path,
         nats_server,
@@ -521,3 +435,87 @@ def test_version_json_is_what_the_smoke_check_reads(builds: Builds) -> None:
     assert info["version"] == "0.9.0"
     assert info["self_update_protocol"] == 1
     assert info["build"]["mode"] == "thin"
+
+
+def test_a_rollout_from_the_real_console_updates_a_real_agent(
+    tmp_path: Path, builds: Builds, agent_processes: list[AgentProcess]
+) -> None:
+    """The whole path: artifact hosted by the Console, rollout dispatch, JWT-authenticated NATS,
+    result ingestion. The Console must see 0.9.0 and no shared identity (the trial's brief
+    second connection never heartbeats)."""
+    from tests.support.console import ConsoleProcess
+    from tests.support.waiting import wait_for
+
+    console = ConsoleProcess(tmp_path / "console").start()
+    try:
+        program = tmp_path / "bin" / "proxima-agent"
+        program.parent.mkdir()
+        shutil.copy2(builds.old.path, program)
+        env = agent_env(
+            PROXIMA_AGENT_NAME="host-1",
+            PROXIMA_BACKEND_URL=console.url,
+            PROXIMA_INSTALL_TOKEN=console.install_token(),
+            PROXIMA_SIGNING_PUBLIC_KEY=builds.public_key,
+            PROXIMA_HEARTBEAT_INTERVAL="300ms",
+            PROXIMA_UPDATE_HEALTH_TIMEOUT="20s",
+        )
+        env.pop("PYTHONPATH", None)
+        agent = AgentProcess(tmp_path / "data", env=env, program=program)
+        agent_processes.append(agent)
+        agent.wait_for_log("nats connected to", 30)
+        agent_id = json.loads((tmp_path / "data" / "state.json").read_text())["agent_id"]
+        with console.client() as c:
+            record = wait_for(
+                lambda: (
+                    (a := c.get(f"/api/v1/fleet/agents/{agent_id}").json())["version"] == "0.8.0"
+                    and a
+                ),
+                timeout=20,
+                what="the agent's first heartbeat in the Console",
+            )
+            assert record["can_self_update"] is True
+            uploaded = c.put(
+                "/api/v1/artifacts/0.9.0",
+                params={"signature": builds.new.signature},
+                content=builds.new.path.read_bytes(),
+            )
+            assert uploaded.status_code == 201, uploaded.text
+            created = c.post(
+                "/api/v1/fleet/rollouts",
+                json={
+                    "name": "to 0.9.0",
+                    "artifact": uploaded.json(),
+                    "selector": {"agent_types": ["host"]},
+                    "waves": {"canary_size": 1, "percentages": [100]},
+                    "start_flow": False,
+                },
+            )
+            assert created.status_code == 201, created.text
+            rollout = created.json()["id"]
+            assert c.post(f"/api/v1/fleet/rollouts/{rollout}/start", json={}).status_code == 200
+            sent = c.post(f"/api/v1/fleet/rollouts/{rollout}/waves/0/dispatch").json()
+            assert sent["sent"] == 1
+            target = wait_for(
+                lambda: (
+                    (t := c.get(f"/api/v1/fleet/rollouts/{rollout}").json()["targets"][0])["status"]
+                    not in ("pending", "dispatched")
+                    and t
+                ),
+                timeout=30,
+                what="the target's result",
+            )
+            after = wait_for(
+                lambda: (
+                    (a := c.get(f"/api/v1/fleet/agents/{agent_id}").json())["version"] == "0.9.0"
+                    and a
+                ),
+                timeout=20,
+                what="a 0.9.0 heartbeat in the Console",
+            )
+        agent.stop()
+    finally:
+        console.stop()
+    assert target["status"] == "succeeded", target
+    assert (target["old_version"], target["new_version"]) == ("0.8.0", "0.9.0")
+    assert after["flags"] == [], "no shared identity, no other flag"
+    assert program.read_bytes() == builds.new.path.read_bytes()

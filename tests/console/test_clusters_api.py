@@ -84,9 +84,12 @@ async def test_inventory_arrives_in_chunks_and_the_cluster_shows_counts_and_warn
     with console.client() as c:
         cluster = wait_for(
             lambda: (
-                (x := c.get("/api/v1/clusters/production-rke2").json())["last_inventory_at"] and x
+                (x := c.get("/api/v1/clusters/production-rke2").json())["last_inventory_at"]
+                and x["agents"]
+                and x["agents"][0]["sync_interval_seconds"] is not None
+                and x
             ),
-            what="inventory stored",
+            what="inventory and heartbeat stored",
         )
         assert cluster["counts"]["pods"] == 5010
         assert cluster["first_inventory_at"]

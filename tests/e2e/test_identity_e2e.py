@@ -197,6 +197,13 @@ def test_revoke_cuts_the_agent_off_and_it_goes_not_ready(e2e_console, agents):
         c.post(f"/api/v1/fleet/agents/{agent_id}/revoke").raise_for_status()
     wait_for(lambda: a.readyz()[0] == 503, what="not ready after revoke")
     assert "nats" in a.readyz()[1].lower()
+    # It keeps trying with its retired key: the server refuses it and the Console notices.
+    view = wait_for(
+        lambda: (v := e2e_console.agent(agent_id)) and v["refused_connections"] > 0 and v,
+        timeout=20,
+        what="refused connection attempts recorded",
+    )
+    assert "refused_still_connecting" in view["flags"]
 
 
 def test_the_agent_reconnects_after_a_console_and_nats_restart_keeping_its_identity(

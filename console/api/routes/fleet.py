@@ -24,7 +24,7 @@ from console.schemas import (
     RotationResult,
     Scope,
 )
-from console.views import agent_detail, agent_public
+from console.views import agent_detail, agent_public, refused_by_agent
 from contracts.agent_types import AgentType
 from contracts.enrollment import ErrorBody
 from contracts.messages import CommandKind
@@ -87,8 +87,15 @@ def list_agents(
         if agents
         else set()
     )
+    refused = refused_by_agent(session, [a.id for a in agents])
     views = [
-        agent_public(a, stale_seconds=stale, now=now, has_evidence=a.id in evidence_ids)
+        agent_public(
+            a,
+            stale_seconds=stale,
+            now=now,
+            has_evidence=a.id in evidence_ids,
+            refused=refused.get(a.id, (0, None)),
+        )
         for a in agents
     ]
     if status:

@@ -1,0 +1,102 @@
+"""Who is looking: the signed-in session, re-authenticated on every request with the API's rules.
+
+``Viewer.require`` raises the API's own ``ForbiddenError`` (``missing_scope``,
+``wrong_environment``), so a page refuses exactly what the API would, with the same reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlmodel import Session
+
+from console.api.deps import RuntimeDep
+from console.auth import Principal, authenticate
+from console.errors import UnauthorizedError
+from console.models import Client, Environment
+from console.web.errors import SignInRequired
+from console.web.forms import Form, check_csrf, read_form
+from console.web.sessions import SESSION_COOKIE, SessionStore, WebSession
+from console.web.templating import Templates
+
+__all__ = ["FormDep", "Viewer", "ViewerDep", "WebState", "get_web", "next_path"]
+
+
+@dataclass(frozen=True, slots=True)
+class WebState:
+    store: SessionStore
+    templates: Templates
+
+
+def get_web(request: Request) -> WebState:
+    web: WebState = request.app.state.web
+    return web
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    session: WebSession
+    principal: Principal
+    client_name: str
+    environment_name: str
+
+    @property
+    def csrf(self) -> str:
+        return self.session.csrf
+
+    @property
+    def token_name(self) -> str:
+        return self.principal.name
+
+    def can(self, scope: str) -> bool:
+        return scope in self.principal.scopes
+
+    def can_any(self, *scopes: str) -> bool:
+        return any(s in self.principal.scopes for s in scopes)
+
+    def require(self, scope: str) -> None:
+        # str(): the API's message quotes the scope's repr, which for the enum is not its name.
+        self.principal.require(str(scope))
+
+
+def next_path(request: Request) -> str:
+    path = request.url.path
+    return f"{path}?{request.url.query}" if request.url.query else path
+
+
+def get_viewer(request: Request, runtime: RuntimeDep) -> Viewer:
+    web = get_web(request)
+    session = web.store.get(request.cookies.get(SESSION_COOKIE))
+    if session is None:
+        raise SignInRequired(next_path(request))
+    with Session(runtime.engine) as db:
+        try:
+            principal = authenticate(db, f"Bearer {session.token}")
+        except UnauthorizedError as exc:
+            web.store.drop(session.id)
+            raise SignInRequired(next_path(request), exc.reason) from exc
+        client = db.get(Client, principal.client_id)
+        environment = db.get(Environment, principal.environment_id)
+    viewer = Viewer(
+        session=session,
+        principal=principal,
+        client_name=client.name if client else principal.client_id,
+        environment_name=environment.name if environment else principal.environment_id,
+    )
+    request.state.viewer = viewer
+    return viewer
+
+
+ViewerDep = Annotated[Viewer, Depends(get_viewer)]
+
+
+async def get_form(request: Request, viewer: ViewerDep) -> Form:
+    """The POSTed form, once its CSRF token proved it came from this session's page."""
+    form = await read_form(request)
+    check_csrf(request, form, viewer.csrf)
+    return form
+
+
+FormDep = Annotated[Form, Depends(get_form)]

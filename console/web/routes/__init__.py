@@ -1,0 +1,1 @@
+"""The pages, one module per area, like ``console/api/routes``."""

@@ -1,0 +1,152 @@
+"""Sign in with an API token, sign out; ``/`` sends a signed-in operator to a page they may read."""
+
+from __future__ import annotations
+
+import secrets
+
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import RedirectResponse
+from sqlmodel import Session
+
+from console.api.deps import RuntimeDep
+from console.auth import Principal, authenticate
+from console.errors import UnauthorizedError
+from console.schemas import Scope
+from console.web.deps import FormDep, ViewerDep, get_web
+from console.web.errors import CsrfError
+from console.web.forms import CSRF_FIELD, read_form
+from console.web.routing import PageRoute
+from console.web.sessions import SESSION_COOKIE, SIGN_IN_COOKIE, WebSession
+
+router = APIRouter(route_class=PageRoute, include_in_schema=False)
+
+_REASONS = {
+    "signed_out": "You signed out.",
+    "token_revoked": "The API token this session used has been revoked: sign in with another.",
+    "token_expired": "The API token this session used has expired: sign in with another.",
+    "invalid_token": "The API token this session used is no longer valid: sign in again.",
+}
+
+
+def home_for(principal: Principal) -> str:
+    for scope, path in (
+        (Scope.CLUSTERS_READ, "/clusters"),
+        (Scope.AGENTS_READ, "/agents"),
+        (Scope.ROLLOUTS_READ, "/rollouts"),
+        (Scope.TOKENS_READ, "/tokens"),
+        (Scope.TOKENS_WRITE, "/tokens"),
+    ):
+        if scope in principal.scopes:
+            return path
+    return "/clusters"
+
+
+def _safe_next(value: str) -> str | None:
+    """Only a path on this Console: never ``//host`` or ``/\\host``, never back to sign-in."""
+    if (
+        not value.startswith("/")
+        or value.startswith(("//", "/\\"))
+        or value.startswith("/sign-in")
+        or any(c in value for c in "\r\n")
+    ):
+        return None
+    return value
+
+
+def _secure(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+def set_session_cookie(request: Request, response: Response, value: str) -> None:
+    response.set_cookie(
+        SESSION_COOKIE,
+        value,
+        httponly=True,
+        samesite="lax",
+        secure=_secure(request),
+        path="/",
+    )
+
+
+@router.get("/")
+def index(request: Request) -> Response:
+    session = get_web(request).store.get(request.cookies.get(SESSION_COOKIE))
+    return RedirectResponse("/clusters" if session else "/sign-in", status_code=303)
+
+
+def _sign_in_page(
+    request: Request, *, next_path: str, error: str | None, notice: str | None, status: int
+) -> Response:
+    web = get_web(request)
+    nonce = secrets.token_urlsafe(24)
+    response = web.templates.render(
+        request,
+        "sign_in.html",
+        status_code=status,
+        title="Sign in",
+        nonce=nonce,
+        next_path=next_path,
+        error=error,
+        notice=notice,
+    )
+    response.set_cookie(
+        SIGN_IN_COOKIE,
+        web.store.sign(nonce),
+        httponly=True,
+        samesite="lax",
+        secure=_secure(request),
+        path="/sign-in",
+        max_age=3600,
+    )
+    return response
+
+
+@router.get("/sign-in")
+def sign_in_form(request: Request, next: str = "", reason: str = "") -> Response:  # noqa: A002
+    return _sign_in_page(
+        request,
+        next_path=_safe_next(next) or "",
+        error=None,
+        notice=_REASONS.get(reason),
+        status=200,
+    )
+
+
+@router.post("/sign-in")
+async def sign_in(request: Request, runtime: RuntimeDep) -> Response:
+    web = get_web(request)
+    form = await read_form(request)
+    nonce = web.store.unsign(request.cookies.get(SIGN_IN_COOKIE))
+    if nonce is None or not secrets.compare_digest(nonce, form.get(CSRF_FIELD)):
+        raise CsrfError(
+            "this sign-in form did not come from this Console's sign-in page (or it expired): "
+            "open /sign-in and try again"
+        )
+    token = form.get("token")
+    next_path = _safe_next(form.get("next")) or ""
+
+    def check() -> Principal:
+        with Session(runtime.engine) as db:
+            return authenticate(db, f"Bearer {token}" if token else None)
+
+    try:
+        principal = await run_in_threadpool(check)
+    except UnauthorizedError as exc:
+        message = "Paste an API token (pxa_…)." if exc.reason == "missing_token" else exc.message
+        return _sign_in_page(
+            request, next_path=next_path, error=message, notice=None, status=401
+        )
+    session: WebSession = web.store.create(token)
+    response = RedirectResponse(next_path or home_for(principal), status_code=303)
+    set_session_cookie(request, response, web.store.cookie_value(session))
+    response.delete_cookie(SIGN_IN_COOKIE, path="/sign-in")
+    return response
+
+
+@router.post("/sign-out")
+def sign_out(request: Request, viewer: ViewerDep, _form: FormDep) -> Response:
+    get_web(request).store.drop(viewer.session.id)
+    response = RedirectResponse("/sign-in?reason=signed_out", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response

@@ -1,0 +1,317 @@
+"""Rollouts: the list, one rollout with live waves and per-agent errors, the decisions an
+operator takes when it stalls, and a form to start one."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import RedirectResponse
+from pydantic import ValidationError
+
+from console.api.deps import RuntimeDep
+from console.api.routes import artifacts as artifacts_api
+from console.api.routes import rollouts as rollouts_api
+from console.errors import ConsoleError, ForbiddenError, NotFoundError, UnauthorizedError
+from console.schemas import Scope
+from console.web.deps import FormDep, Viewer, ViewerDep, get_web
+from console.web.forms import Form
+from console.web.routing import PageRoute
+from contracts.agent_types import AgentType
+from contracts.rollouts import ArtifactRef, FailureTypeName, RolloutCreate, RolloutPublic
+
+router = APIRouter(route_class=PageRoute, include_in_schema=False)
+
+FINAL_STATES = ("succeeded", "aborted", "failed")
+DECISIONS = ("resume", "pause", "abort")
+_SPLIT = re.compile(r"[\s,]+")
+
+
+def _artifacts(viewer: Viewer, runtime: Any) -> list[ArtifactRef]:
+    if not viewer.can(Scope.ROLLOUTS_READ):
+        return []
+    return artifacts_api.list_artifacts(viewer.principal, runtime)
+
+
+@router.get("/rollouts")
+def list_rollouts(request: Request, viewer: ViewerDep, runtime: RuntimeDep) -> Response:
+    viewer.require(Scope.ROLLOUTS_READ)
+    rollouts = rollouts_api.list_rollouts(viewer.principal, runtime, limit=200)
+    return get_web(request).templates.render(
+        request,
+        "rollouts/list.html",
+        title="Rollouts",
+        active="rollouts",
+        viewer=viewer,
+        flashes=viewer.session.take_flashes(),
+        rollouts=rollouts,
+    )
+
+
+def _defaults(runtime: Any) -> dict[str, Any]:
+    return {
+        "name": "",
+        "source": "hosted",
+        "hosted": "",
+        "version": "",
+        "url": "",
+        "sha256": "",
+        "signature": "",
+        "agent_types": ["host"],
+        "labels": "",
+        "version_range": "",
+        "agent_ids": "",
+        "canary_size": "1",
+        "percentages": "1, 10, 50, 100",
+        "max_wave_size": "",
+        "criteria": [
+            {
+                "failure_type": "any",
+                "threshold_percent": "10",
+                "threshold_count": "",
+                "min_executed": "1",
+                "action": "stall",
+            },
+            {
+                "failure_type": "timed_out",
+                "threshold_percent": "",
+                "threshold_count": "",
+                "min_executed": "1",
+                "action": "abort",
+            },
+        ],
+        "wave_timeout_seconds": "300",
+        "start_flow": bool(runtime.settings.prefect_api_url),
+    }
+
+
+def _form_page(
+    request: Request,
+    viewer: Viewer,
+    runtime: Any,
+    *,
+    values: dict[str, Any],
+    errors: list[str],
+    status: int = 200,
+) -> Response:
+    return get_web(request).templates.render(
+        request,
+        "rollouts/new.html",
+        status_code=status,
+        title="Start a rollout",
+        active="rollouts",
+        viewer=viewer,
+        flashes=viewer.session.take_flashes(),
+        values=values,
+        errors=errors,
+        artifacts=_artifacts(viewer, runtime),
+        agent_types=[t.value for t in AgentType],
+        failure_types=[f.value for f in FailureTypeName],
+        prefect=bool(runtime.settings.prefect_api_url),
+    )
+
+
+@router.get("/rollouts/new")
+def new_rollout(request: Request, viewer: ViewerDep, runtime: RuntimeDep) -> Response:
+    viewer.require(Scope.ROLLOUTS_WRITE)
+    return _form_page(request, viewer, runtime, values=_defaults(runtime), errors=[])
+
+
+def _values(form: Form) -> dict[str, Any]:
+    return {
+        "name": form.get("name"),
+        "source": "reference" if form.get("source") == "reference" else "hosted",
+        "hosted": form.get("hosted"),
+        "version": form.get("version"),
+        "url": form.get("url"),
+        "sha256": form.get("sha256").lower(),
+        "signature": form.get("signature"),
+        "agent_types": form.getlist("agent_types"),
+        "labels": form.get("labels"),
+        "version_range": form.get("version_range"),
+        "agent_ids": form.get("agent_ids"),
+        "canary_size": form.get("canary_size"),
+        "percentages": form.get("percentages"),
+        "max_wave_size": form.get("max_wave_size"),
+        "criteria": [
+            {
+                "failure_type": form.get(f"c{i}_failure_type", "any"),
+                "threshold_percent": form.get(f"c{i}_threshold_percent"),
+                "threshold_count": form.get(f"c{i}_threshold_count"),
+                "min_executed": form.get(f"c{i}_min_executed"),
+                "action": form.get(f"c{i}_action", "stall"),
+            }
+            for i in range(2)
+        ],
+        "wave_timeout_seconds": form.get("wave_timeout_seconds"),
+        "start_flow": form.flag("start_flow"),
+    }
+
+
+def _body(values: dict[str, Any], artifacts: list[ArtifactRef]) -> tuple[dict[str, Any], list[str]]:
+    """The API's request body from the form; the API's own model validates it next."""
+    errors: list[str] = []
+    if values["source"] == "hosted":
+        match = next((a for a in artifacts if a.url == values["hosted"]), None)
+        if match is None:
+            errors.append("artifact: pick a hosted build, or enter a reference")
+            artifact: dict[str, Any] = {}
+        else:
+            artifact = match.model_dump()
+    else:
+        artifact = {k: values[k] for k in ("version", "url", "sha256", "signature")}
+    labels: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in values["labels"].split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            errors.append(f"selector.labels: {item!r} is not key=value")
+        else:
+            labels[key.strip()] = value.strip()
+    percentages: list[str] = [p for p in _SPLIT.split(values["percentages"]) if p]
+    criteria = []
+    for i, c in enumerate(values["criteria"]):
+        if not c["threshold_percent"] and not c["threshold_count"]:
+            continue  # an empty row
+        criteria.append(
+            {
+                "failure_type": c["failure_type"],
+                "threshold_percent": c["threshold_percent"] or None,
+                "threshold_count": c["threshold_count"] or None,
+                "min_executed": c["min_executed"] or 0,
+                "action": c["action"],
+            }
+        )
+        if c["action"] not in ("stall", "abort"):
+            errors.append(f"criteria.{i}.action: stall or abort")
+    body: dict[str, Any] = {
+        "name": values["name"] or "rollout",
+        "artifact": artifact,
+        "selector": {
+            "agent_types": values["agent_types"],
+            "labels": labels,
+            "version_range": values["version_range"],
+            "agent_ids": [a for a in _SPLIT.split(values["agent_ids"]) if a],
+        },
+        "waves": {
+            "canary_size": values["canary_size"] or 1,
+            "percentages": percentages or None,
+            "max_wave_size": values["max_wave_size"] or None,
+        },
+        "criteria": criteria,
+        "wave_timeout_seconds": values["wave_timeout_seconds"] or 300,
+        "start_flow": values["start_flow"],
+    }
+    return body, errors
+
+
+def _validation_errors(exc: ValidationError) -> list[str]:
+    out = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        out.append(f"{loc or 'rollout'}: {str(err.get('msg')).removeprefix('Value error, ')}")
+    return out
+
+
+@router.post("/rollouts/new")
+async def create_rollout(
+    request: Request, viewer: ViewerDep, form: FormDep, runtime: RuntimeDep
+) -> Response:
+    viewer.require(Scope.ROLLOUTS_WRITE)
+    values = _values(form)
+    body, errors = _body(values, _artifacts(viewer, runtime))
+    if not errors:
+        try:
+            create = RolloutCreate.model_validate(body)
+        except ValidationError as exc:
+            errors = _validation_errors(exc)
+    if errors:
+        return _form_page(request, viewer, runtime, values=values, errors=errors, status=400)
+    try:
+        rollout = await rollouts_api.create(create, viewer.principal, runtime)
+    except (ForbiddenError, UnauthorizedError):
+        raise
+    except ConsoleError as exc:
+        return _form_page(
+            request,
+            viewer,
+            runtime,
+            values=values,
+            errors=[f"{exc.reason}: {exc.message}"],
+            status=exc.status,
+        )
+    viewer.session.flash(
+        "ok",
+        f"Rollout {rollout.name} created: {len(rollout.waves)} wave(s), "
+        f"{len(rollout.exclusions)} agent(s) excluded up front.",
+    )
+    return RedirectResponse(f"/rollouts/{quote(rollout.id)}", status_code=303)
+
+
+def _load(viewer: Viewer, runtime: Any, rollout_id: str) -> RolloutPublic:
+    viewer.require(Scope.ROLLOUTS_READ)
+    return rollouts_api.get_rollout(rollout_id, viewer.principal, runtime, targets=True)
+
+
+@router.get("/rollouts/{rollout_id}")
+def rollout_detail(
+    rollout_id: str, request: Request, viewer: ViewerDep, runtime: RuntimeDep
+) -> Response:
+    rollout = _load(viewer, runtime, rollout_id)
+    return get_web(request).templates.render(
+        request,
+        "rollouts/detail.html",
+        title=f"Rollout {rollout.name}",
+        active="rollouts",
+        viewer=viewer,
+        flashes=viewer.session.take_flashes(),
+        rollout=rollout,
+        final=rollout.state in FINAL_STATES,
+    )
+
+
+@router.get("/rollouts/{rollout_id}/live")
+def rollout_live(
+    rollout_id: str, request: Request, viewer: ViewerDep, runtime: RuntimeDep
+) -> Response:
+    """The part of the rollout page that changes, re-rendered for the page's poll."""
+    rollout = _load(viewer, runtime, rollout_id)
+    return get_web(request).templates.fragment(
+        "rollouts/_live.html",
+        viewer=viewer,
+        rollout=rollout,
+        final=rollout.state in FINAL_STATES,
+    )
+
+
+@router.post("/rollouts/{rollout_id}/{decision}")
+async def decide(
+    rollout_id: str,
+    decision: str,
+    viewer: ViewerDep,
+    form: FormDep,
+    runtime: RuntimeDep,
+) -> Response:
+    if decision not in DECISIONS:
+        raise NotFoundError("no_such_decision", f"no rollout decision {decision!r}")
+    viewer.require(Scope.ROLLOUTS_WRITE)
+    reason = form.get("reason") or None
+    try:
+        if decision == "resume":
+            done = await rollouts_api.resume(rollout_id, viewer.principal, runtime)
+        elif decision == "pause":
+            done = await rollouts_api.pause(
+                rollout_id, rollouts_api.Reason(reason=reason), viewer.principal, runtime
+            )
+        else:
+            done = await rollouts_api.abort(
+                rollout_id, rollouts_api.Reason(reason=reason), viewer.principal, runtime
+            )
+    except (ForbiddenError, UnauthorizedError, NotFoundError):
+        raise
+    except ConsoleError as exc:
+        viewer.session.flash("error", exc.message, exc.reason)
+    else:
+        viewer.session.flash("ok", f"Rollout {done.name} is {done.state}.")
+    return RedirectResponse(f"/rollouts/{quote(rollout_id)}", status_code=303)

@@ -1,0 +1,131 @@
+"""Install tokens (what agents enroll with) and API tokens (what people and flows sign in with).
+
+A token is shown once, on the page right after it is created, and never again: the Console keeps
+only its hash.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import RedirectResponse
+from pydantic import ValidationError
+from sqlmodel import Session
+
+from console.api.deps import RuntimeDep
+from console.api.routes import api_tokens as api_tokens_api
+from console.api.routes import install_tokens as install_tokens_api
+from console.schemas import (
+    ApiTokenCreate,
+    ApiTokenPublic,
+    InstallTokenCreate,
+    InstallTokenPublic,
+    Scope,
+)
+from console.web.deps import FormDep, ViewerDep, get_web
+from console.web.routing import PageRoute
+
+router = APIRouter(route_class=PageRoute, include_in_schema=False)
+
+LIFETIMES = {
+    "": "never",
+    "3600": "1 hour",
+    "86400": "1 day",
+    "604800": "7 days",
+    "2592000": "30 days",
+    "31536000": "365 days",
+}
+_NEW_INSTALL = "new-install-token"
+_NEW_API = "new-api-token"
+
+
+@router.get("/tokens")
+def tokens_page(request: Request, viewer: ViewerDep, runtime: RuntimeDep) -> Response:
+    if not viewer.can(Scope.TOKENS_READ):
+        viewer.require(Scope.TOKENS_WRITE)
+    with Session(runtime.engine) as db:
+        install: list[InstallTokenPublic] = install_tokens_api.list_tokens(db, viewer.principal)
+        api: list[ApiTokenPublic] = api_tokens_api.list_tokens(db, viewer.principal)
+    reveal = viewer.session.reveal
+    return get_web(request).templates.render(
+        request,
+        "tokens/index.html",
+        title="Tokens",
+        active="tokens",
+        viewer=viewer,
+        flashes=viewer.session.take_flashes(),
+        install_tokens=install,
+        api_tokens=api,
+        new_install=reveal.pop(_NEW_INSTALL, None),
+        new_api=reveal.pop(_NEW_API, None),
+        lifetimes=LIFETIMES,
+        grantable=sorted(viewer.principal.scopes),
+    )
+
+
+def _int(value: str) -> int | None:
+    return int(value) if value.strip().isdigit() else None
+
+
+@router.post("/tokens/install")
+def create_install_token(viewer: ViewerDep, form: FormDep, runtime: RuntimeDep) -> Response:
+    viewer.require(Scope.TOKENS_WRITE)
+    try:
+        body = InstallTokenCreate(
+            name=form.get("name") or "install token",
+            expires_in_seconds=_int(form.get("expires_in_seconds")),
+            max_uses=_int(form.get("max_uses")),
+            cluster_slug=form.get("cluster_slug") or None,
+        )
+    except ValidationError as exc:
+        viewer.session.flash("error", str(exc.errors()[0]["msg"]), "invalid_request")
+        return RedirectResponse("/tokens", status_code=303)
+    with Session(runtime.engine, expire_on_commit=False) as db:
+        created = install_tokens_api.create(body, db, viewer.principal)
+    viewer.session.reveal[_NEW_INSTALL] = created.token
+    viewer.session.flash("ok", f"Install token {created.name!r} created.")
+    return RedirectResponse("/tokens#new-install-token", status_code=303)
+
+
+@router.post("/tokens/install/{token_id}/revoke")
+def revoke_install_token(
+    token_id: str, viewer: ViewerDep, _form: FormDep, runtime: RuntimeDep
+) -> Response:
+    viewer.require(Scope.TOKENS_WRITE)
+    with Session(runtime.engine, expire_on_commit=False) as db:
+        token = install_tokens_api.revoke(token_id, db, viewer.principal)
+    viewer.session.flash("ok", f"Install token {token.name!r} ({token.prefix}…) revoked.")
+    return RedirectResponse("/tokens", status_code=303)
+
+
+@router.post("/tokens/api")
+def create_api_token(viewer: ViewerDep, form: FormDep, runtime: RuntimeDep) -> Response:
+    viewer.require(Scope.TOKENS_WRITE)
+    try:
+        body = ApiTokenCreate.model_validate(
+            {
+                "name": form.get("name"),
+                "scopes": form.getlist("scopes"),
+                "expires_in_seconds": _int(form.get("expires_in_seconds")),
+            }
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err.get("loc", ()))
+        viewer.session.flash("error", f"{field}: {err['msg']}", "invalid_request")
+        return RedirectResponse("/tokens", status_code=303)
+    with Session(runtime.engine, expire_on_commit=False) as db:
+        created = api_tokens_api.create(body, db, viewer.principal)
+    viewer.session.reveal[_NEW_API] = created.token
+    viewer.session.flash("ok", f"API token {created.name!r} created.")
+    return RedirectResponse("/tokens#new-api-token", status_code=303)
+
+
+@router.post("/tokens/api/{token_id}/revoke")
+def revoke_api_token(
+    token_id: str, viewer: ViewerDep, _form: FormDep, runtime: RuntimeDep
+) -> Response:
+    viewer.require(Scope.TOKENS_WRITE)
+    with Session(runtime.engine, expire_on_commit=False) as db:
+        token = api_tokens_api.revoke(token_id, db, viewer.principal)
+    viewer.session.flash("ok", f"API token {token.name!r} ({token.prefix}…) revoked.")
+    return RedirectResponse("/tokens", status_code=303)

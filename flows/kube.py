@@ -1,0 +1,55 @@
+"""The flows' Kubernetes adapter: the official client, loaded from a kubeconfig or in-cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from flows.audit_rules import DaemonSetFact
+
+AGENT_SELECTOR = "app.kubernetes.io/name=proxima-agent"
+
+
+@dataclass(frozen=True)
+class KubeTarget:
+    kubeconfig: str | None = None
+    context: str | None = None
+
+
+def api_client(target: KubeTarget) -> Any:
+    from kubernetes import client, config
+
+    loader: Any = config
+    if target.kubeconfig:
+        return loader.new_client_from_config(config_file=target.kubeconfig, context=target.context)
+    loader.load_incluster_config()
+    return client.ApiClient()
+
+
+def node_names(api: Any) -> list[str]:
+    from kubernetes import client
+
+    items: list[Any] = client.CoreV1Api(api).list_node().items
+    return sorted(str(n.metadata.name) for n in items)
+
+
+def agent_daemonsets(api: Any, namespace: str | None = None) -> list[DaemonSetFact]:
+    """The node-agent DaemonSets and the host path of their ``data`` volume."""
+    from kubernetes import client
+
+    apps = client.AppsV1Api(api)
+    listing = (
+        apps.list_namespaced_daemon_set(namespace, label_selector=AGENT_SELECTOR)
+        if namespace
+        else apps.list_daemon_set_for_all_namespaces(label_selector=AGENT_SELECTOR)
+    )
+    nodes = tuple(node_names(api))
+    facts = []
+    daemonsets: list[Any] = listing.items
+    for ds in daemonsets:
+        path = None
+        for volume in ds.spec.template.spec.volumes or []:
+            if volume.name == "data" and volume.host_path is not None:
+                path = volume.host_path.path
+        facts.append(DaemonSetFact(str(ds.metadata.namespace), str(ds.metadata.name), path, nodes))
+    return facts

@@ -1,0 +1,288 @@
+"""The parts of self_update that need no agent process: the updater in-process against real
+files and a real HTTP server, the marker's start-up decisions, errors, keys and downloads."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from agent.errors import ConfigError
+from agent.handover import (
+    MarkerStore,
+    Phase,
+    StartDecision,
+    UpdateMarker,
+    decide_at_start,
+    new_marker,
+)
+from agent.httpclient import DownloadTooLargeError, HttpRequest, UrllibTransport
+from agent.program import FileOperationError, ProgramFiles, go_strerror
+from agent.selfupdate import SelfUpdater
+from agent.signatures import SigningPublicKey, load_signing_key
+from contracts.agent_types import AgentType
+from contracts.messages import Command, CommandKind, CommandStatus
+from tests.agent.agent_testkit import ArtifactServer, Builds
+
+
+def command(args: dict[str, object], command_id: str = "cmd-1") -> Command:
+    return Command(
+        command_id=command_id,
+        kind=CommandKind.SELF_UPDATE,
+        issued_at=datetime.now(UTC),
+        args=args,
+    )
+
+
+def updater(
+    tmp_path: Path,
+    builds: Builds,
+    *,
+    files: ProgramFiles | None = None,
+    agent_type: AgentType = AgentType.HOST,
+    key: bool = True,
+    program: Path | None = None,
+) -> SelfUpdater:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    target = bin_dir / "proxima-agent"
+    shutil.copy2(builds.old.path, target)
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    return SelfUpdater(
+        agent_type=agent_type,
+        version="0.8.0",
+        data_dir=data,
+        signing_key=SigningPublicKey.parse(builds.public_key) if key else None,
+        program=program if program is not None else target,
+        health_timeout=3.0,
+        files=files,
+    )
+
+
+# -- the filesystem seam --------------------------------------------------------------------
+
+
+async def test_the_rename_failure_seam_gives_the_go_agents_text(
+    tmp_path: Path, builds: Builds, artifacts: ArtifactServer
+) -> None:
+    """Where no read-only mount can be made, the failure is injected at ProgramFiles: the
+    updater's real steps run (download, checks, smoke test) and only the rename fails."""
+    erofs = updater(tmp_path, builds, files=ProgramFiles(fail={"rename": errno.EROFS}))
+    outcome = await erofs.run(command(builds.new.artifact(artifacts.url)))
+    program = erofs.program
+    assert outcome.status is CommandStatus.FAILED
+    assert outcome.error == (
+        f"backup current binary: rename {program} {program}.bak: read-only file system"
+    )
+    assert program is not None and program.read_bytes() == builds.old.path.read_bytes()
+    assert sorted(p.name for p in program.parent.iterdir()) == ["proxima-agent"]
+    assert not (tmp_path / "data" / "update.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("code", "text"),
+    [
+        (errno.EROFS, "read-only file system"),
+        (errno.EACCES, "permission denied"),
+        (errno.EXDEV, "invalid cross-device link"),
+        (errno.ENOSPC, "no space left on device"),
+        (errno.ETXTBSY, "text file busy"),
+        (errno.ENOTEMPTY, "directory not empty"),
+    ],
+)
+def test_errors_read_like_the_go_agent(code: int, text: str) -> None:
+    assert go_strerror(OSError(code, os.strerror(code))) == text
+
+
+def test_a_real_failed_rename_names_both_paths(tmp_path: Path) -> None:
+    with pytest.raises(FileOperationError) as caught:
+        ProgramFiles().rename(tmp_path / "missing", tmp_path / "missing.bak")
+    assert str(caught.value) == (
+        f"rename {tmp_path}/missing {tmp_path}/missing.bak: no such file or directory"
+    )
+
+
+# -- refusals that need no download ---------------------------------------------------------
+
+
+async def test_kubernetes_agents_and_agents_without_a_key_refuse(
+    tmp_path: Path, builds: Builds, artifacts: ArtifactServer
+) -> None:
+    args = builds.new.artifact(artifacts.url)
+    node = await updater(tmp_path, builds, agent_type=AgentType.K8S_NODE_MONITOR).run(command(args))
+    assert node.status is CommandStatus.REJECTED
+    assert node.error == "k8s-node-monitor agents are upgraded by helm upgrade, not self_update"
+    keyless = await updater(tmp_path, builds, key=False).run(command(args))
+    assert keyless.status is CommandStatus.REJECTED
+    assert keyless.error == "no signing public key configured: refusing to install unsigned builds"
+    bad = await updater(tmp_path, builds).run(command({"version": "0.9.0"}))
+    assert bad.status is CommandStatus.REJECTED
+    assert bad.error is not None and bad.error.startswith("self_update needs a valid artifact")
+    same = await updater(tmp_path, builds).run(command(builds.old.artifact(artifacts.url)))
+    assert same.status is CommandStatus.SUCCEEDED
+    assert same.detail == {"old_version": "0.8.0", "new_version": "0.8.0"}
+    assert artifacts.downloads == []
+
+
+async def test_an_update_in_flight_refuses_a_second_one(
+    tmp_path: Path, builds: Builds, artifacts: ArtifactServer
+) -> None:
+    first = updater(tmp_path, builds)
+    assert first.program is not None
+    marker = new_marker(
+        command_id="earlier",
+        rollout_id=None,
+        old_version="0.8.0",
+        new_version="0.9.0",
+        program=first.program,
+        backup=first.program.with_name("proxima-agent.bak"),
+        health_timeout=3,
+    )
+    MarkerStore(tmp_path / "data").write(marker)
+    outcome = await first.run(command(builds.new.artifact(artifacts.url)))
+    assert outcome.status is CommandStatus.REJECTED
+    assert outcome.error == "another self_update (command earlier) is in progress"
+
+
+# -- decisions at start ---------------------------------------------------------------------
+
+
+def marker_in(tmp_path: Path, phase: Phase, **changes: object) -> tuple[UpdateMarker, Path]:
+    program = tmp_path / "proxima-agent"
+    backup = tmp_path / "proxima-agent.bak"
+    program.write_text("new build")
+    backup.write_text("old build")
+    marker = new_marker(
+        command_id="upd",
+        rollout_id="ro",
+        old_version="0.8.0",
+        new_version="0.9.0",
+        program=program,
+        backup=backup,
+        health_timeout=5,
+    ).with_(phase=phase, **changes)
+    return marker, program
+
+
+def decide(
+    tmp_path: Path, marker: UpdateMarker, version: str, *, concluded: bool = False
+) -> StartDecision:
+    store = MarkerStore(tmp_path)
+    store.write(marker)
+    return decide_at_start(
+        marker, version=version, concluded=concluded, store=store, files=ProgramFiles(), now=1000.0
+    )
+
+
+def test_new_build_within_its_deadline_is_on_probation(tmp_path: Path) -> None:
+    marker, _ = marker_in(tmp_path, Phase.HANDOVER, deadline=1004.0)
+    decision = decide(tmp_path, marker, "0.9.0")
+    assert decision.probation_seconds == pytest.approx(4.0)
+    stored = MarkerStore(tmp_path).read()
+    assert stored is not None and stored.attempts == 1
+
+
+def test_new_build_past_its_deadline_restores_the_old_one(tmp_path: Path) -> None:
+    marker, program = marker_in(tmp_path, Phase.HANDOVER, deadline=999.0)
+    decision = decide(tmp_path, marker, "0.9.0")
+    assert decision.exec_request is not None
+    assert program.read_text() == "old build"
+    stored = MarkerStore(tmp_path).read()
+    assert stored is not None and stored.phase is Phase.ROLLED_BACK
+    assert stored.error == "new version 0.9.0 did not become healthy within 5s; restored 0.8.0"
+
+
+def test_new_build_started_twice_is_a_crash_and_restores_the_old_one(tmp_path: Path) -> None:
+    marker, program = marker_in(tmp_path, Phase.HANDOVER, deadline=1010.0, attempts=1)
+    decision = decide(tmp_path, marker, "0.9.0")
+    assert decision.exec_request is not None
+    assert program.read_text() == "old build"
+    stored = MarkerStore(tmp_path).read()
+    assert stored is not None and "crashed or was restarted" in (stored.error or "")
+
+
+def test_old_build_after_a_rollback_reports_the_error(tmp_path: Path) -> None:
+    marker, _ = marker_in(tmp_path, Phase.ROLLED_BACK, error="it broke; restored 0.8.0")
+    decision = decide(tmp_path, marker, "0.8.0")
+    assert decision.failure == "it broke; restored 0.8.0"
+    assert decision.remove_marker
+
+
+def test_a_stop_during_the_trial_restores_the_old_build(tmp_path: Path) -> None:
+    marker, program = marker_in(tmp_path, Phase.INSTALLING)
+    decision = decide(tmp_path, marker, "0.9.0")
+    assert decision.exec_request is not None
+    assert program.read_text() == "old build"
+
+
+def test_a_recorded_result_only_needs_the_cleanup(tmp_path: Path) -> None:
+    marker, _ = marker_in(tmp_path, Phase.HANDOVER, deadline=0.0, attempts=5)
+    decision = decide(tmp_path, marker, "0.9.0", concluded=True)
+    assert decision.exec_request is None
+    assert decision.remove_marker and decision.remove_backup
+
+
+def test_a_corrupt_marker_is_set_aside(tmp_path: Path) -> None:
+    (tmp_path / "update.json").write_text('{"phase": "nonsense"}')
+    assert MarkerStore(tmp_path).read() is None
+    assert [p.name[:20] for p in tmp_path.iterdir()] == ["update.json.corrupt-"]
+
+
+def test_the_marker_round_trips(tmp_path: Path) -> None:
+    marker, _ = marker_in(tmp_path, Phase.HANDOVER, deadline=12.5, attempts=1, error=None)
+    store = MarkerStore(tmp_path)
+    store.write(marker)
+    assert store.read() == marker
+
+
+# -- keys and downloads ---------------------------------------------------------------------
+
+
+def test_signing_keys_are_checked_at_startup(tmp_path: Path, builds: Builds) -> None:
+    assert load_signing_key(None, None) is None
+    key = load_signing_key(builds.public_key, None)
+    assert key is not None and key.text == builds.public_key
+    pub = builds.key.with_suffix(".pub")
+    from_file = load_signing_key(None, pub)
+    assert from_file == key
+    with pytest.raises(ConfigError, match="32 bytes"):
+        load_signing_key("c2hvcnQ", None)
+    with pytest.raises(ConfigError, match=r"PROXIMA_SIGNING_PUBLIC_KEY_FILE: cannot read"):
+        load_signing_key(None, tmp_path / "missing.pub")
+    digest = bytes.fromhex(builds.new.sha256)
+    assert builds.new.signature is not None
+    assert key.verifies(digest, builds.new.signature)
+    assert not key.verifies(digest, "not base64!")
+    assert not key.verifies(bytes(32), builds.new.signature)
+
+
+def test_downloads_are_capped(builds: Builds, artifacts: ArtifactServer) -> None:
+    transport = UrllibTransport()
+    request = HttpRequest("GET", f"{artifacts.url}/{builds.new.path.name}")
+    with pytest.raises(DownloadTooLargeError):
+        transport.download(request, io.BytesIO(), limit=1024)
+    sink = io.BytesIO()
+    response = transport.download(request, sink, limit=10 * 2**20)
+    assert response.status == 200
+    assert sink.getvalue() == builds.new.path.read_bytes()
+
+
+def test_downloads_follow_redirects_and_console_calls_do_not(
+    builds: Builds, artifacts: ArtifactServer
+) -> None:
+    """A package registry answers a download with a redirect to its object store; the
+    Console's API answering with one is an answer, not something to follow."""
+    artifacts.redirects["/moved.pyz"] = f"{artifacts.url}/{builds.new.path.name}"
+    transport = UrllibTransport()
+    sink = io.BytesIO()
+    request = HttpRequest("GET", f"{artifacts.url}/moved.pyz", follow_redirects=True)
+    assert transport.download(request, sink, limit=10 * 2**20).status == 200
+    assert sink.getvalue() == builds.new.path.read_bytes()
+    api = transport(HttpRequest("GET", f"{artifacts.url}/moved.pyz"))
+    assert api.status == 302

@@ -1,0 +1,231 @@
+"""fleet-audit and identity-release under the Prefect harness, against a real Console, real
+NATS, simulated agents and the Kubernetes API double."""
+
+import asyncio
+import json
+import uuid
+from datetime import UTC, datetime
+
+import nats
+import pytest
+
+from contracts import subjects
+from contracts.inventory import InventorySnapshot, encode_chunks
+from flows.audit import fleet_audit
+from flows.identity_release import identity_release
+from tests.support.console import Identity
+from tests.support.kube import objects
+from tests.support.kube.server import KubeApiDouble
+from tests.support.swarm import Swarm
+from tests.support.waiting import wait_for
+
+
+@pytest.fixture
+def audit_console(console_factory, prefect_api_url, monkeypatch):
+    console = console_factory(
+        name="audit-console",
+        env={
+            "PROXIMA_AGENT_STALE_SECONDS": "3",
+            "PROXIMA_IDENTITY_QUIET_SECONDS": "3",
+            "PROXIMA_PREFECT_API_URL": prefect_api_url,
+            "PROXIMA_K8S_SYNC_INTERVAL": "5m",
+        },
+    )
+    monkeypatch.setenv("PROXIMA_CONSOLE_URL", console.url)
+    monkeypatch.setenv("PROXIMA_CONSOLE_TOKEN", console.token)
+    return console
+
+
+def _online(console, n):
+    wait_for(
+        lambda: (
+            console.client()
+            .get("/api/v1/fleet/agents", params={"status": "online"})
+            .json()["total"]
+            >= n
+        ),
+        what=f"{n} online",
+    )
+
+
+def test_the_audit_finds_nothing_on_a_healthy_fleet(audit_console):
+    swarm = Swarm(audit_console, 3, heartbeat_seconds=0.5).start()
+    try:
+        _online(audit_console, 3)
+        result = fleet_audit()
+        assert result["findings"] == 0, result
+        with audit_console.client() as c:
+            latest = c.get("/api/v1/audit/runs/latest").json()
+        assert latest["findings"] == [] and latest["id"] == result["audit_run_id"]
+    finally:
+        swarm.stop()
+
+
+async def _beat(nc, agent_id, ident, **extra):
+    body = {
+        "agent_id": agent_id,
+        "instance_id": ident.instance_id,
+        "agent_type": ident.agent_type,
+        "version": extra.pop("version", "0.8.0"),
+        "sent_at": datetime.now(UTC).isoformat(),
+        "uptime_seconds": 1,
+        "heartbeat_interval_seconds": 0.3,
+        **extra,
+    }
+    await nc.publish(subjects.heartbeat(agent_id), json.dumps(body).encode())
+    await nc.flush()
+
+
+async def _seed_failures(console, kube):
+    """One of each failure story of the seed."""
+    token = console.install_token()
+    # Two processes on one identity, reporting different versions.
+    one = Identity(name="node-1")
+    shared_id = one.enroll(console, token).json()["agent_id"]
+    two = Identity(name="node-1", seed=one.seed, jwt=one.jwt)
+    nc1 = await nats.connect(console.nats_url, **one.nats_options())
+    nc2 = await nats.connect(console.nats_url, **two.nats_options())
+    for _ in range(3):
+        await _beat(nc1, shared_id, one, version="0.8.0")
+        await asyncio.sleep(0.05)
+        await _beat(nc2, shared_id, two, version="0.7.1")
+        await asyncio.sleep(0.05)
+    # A pod stuck in 409 after a hostDataDir move (the holder is live).
+    holder = Identity(name="node-2", agent_type="k8s-node-monitor")
+    holder_id = holder.enroll(console, token).json()["agent_id"]
+    nc3 = await nats.connect(console.nats_url, **holder.nats_options())
+    await _beat(nc3, holder_id, holder)
+    assert (
+        Identity(name="node-2", agent_type="k8s-node-monitor").enroll(console, token).status_code
+        == 409
+    )
+    # A revoked agent whose process keeps knocking.
+    revoked = Identity(name="old-box")
+    revoked_id = revoked.enroll(console, token).json()["agent_id"]
+    with console.client() as c:
+        c.post(f"/api/v1/fleet/agents/{revoked_id}/revoke").raise_for_status()
+    # An offline agent (enrolled, never heartbeats).
+    Identity(name="gone-host").enroll(console, token)
+    # A collector: sync interval drift, slug mismatch, forbidden rollouts.
+    with console.client() as c:
+        c.post("/api/v1/clusters", json={"name": "prod", "slug": "prod"}).raise_for_status()
+    ctoken = console.install_token(cluster_slug="prod")
+    collector = Identity(name="collector-0", agent_type="k8s-cluster-collector")
+    cid = collector.enroll(console, ctoken).json()["agent_id"]
+    nc4 = await nats.connect(console.nats_url, **collector.nats_options())
+    await _beat(
+        nc4,
+        cid,
+        collector,
+        sync_interval_seconds=60.0,
+        leader=True,
+        cluster_slug="production-cluster-named-beyond-the-sixty-three-character-limit-x",
+    )
+    snap = InventorySnapshot(
+        cluster_slug="production-cluster-named-beyond-the-sixty-three-character-limit-x",
+        cluster_name="prod",
+        collected_at=datetime.now(UTC),
+        sync_interval_seconds=60.0,
+        counts={"pods": 1},
+        errors=["forbidden to read argo rollouts"],
+    )
+    for chunk in encode_chunks(snap, uuid.uuid4().hex):
+        await nc4.publish(subjects.inventory(cid), chunk)
+    await nc4.flush()
+    # A host agent on a node whose DaemonSet mounts the host agent's directory.
+    Identity(name="worker-1").enroll(console, token)
+    kube.put(objects.node("worker-1"))
+    kube.put(
+        objects.daemonset(
+            "proxima-agent-node-agent",
+            "proxima-system",
+            labels={"app.kubernetes.io/name": "proxima-agent"},
+            host_paths={"data": "/var/lib/proxima-agent"},
+        )
+    )
+    return [nc1, nc2, nc3, nc4], shared_id, revoked
+
+
+async def test_the_audit_finds_each_seeded_failure(audit_console, tmp_path):
+    with KubeApiDouble() as kube:
+        kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+        conns, shared_id, revoked = await _seed_failures(audit_console, kube)
+        try:
+            wait_for(lambda: "version_flapping" in audit_console.agent(shared_id)["flags"])
+            wait_for(
+                lambda: audit_console.client().get("/api/v1/clusters/prod").json()["warnings"],
+                what="cluster warnings",
+            )
+            wait_for(
+                lambda: (
+                    audit_console.client()
+                    .get("/api/v1/fleet/agents", params={"status": "offline", "name": "gone-host"})
+                    .json()["total"]
+                    == 1
+                ),
+                what="gone-host offline",
+            )
+            for _ in range(2):  # the revoked agent's process keeps knocking
+                with pytest.raises(nats.errors.Error):
+                    await nats.connect(
+                        audit_console.nats_url, allow_reconnect=False, **revoked.nats_options()
+                    )
+            wait_for(
+                lambda: (
+                    audit_console.client()
+                    .get("/api/v1/fleet/agents", params={"flag": "refused_still_connecting"})
+                    .json()["total"]
+                    == 1
+                ),
+                what="refused connections noticed",
+            )
+            result = await asyncio.to_thread(
+                fleet_audit, kubeconfig=str(kubeconfig), check_kubernetes=True
+            )
+        finally:
+            for nc in conns:
+                await nc.close()
+    names = set(result["names"])
+    expected = {
+        "shared_identity",
+        "version_flapping",
+        "stuck_in_409",
+        "revoked_still_connecting",
+        "offline",
+        "sync_interval_drift",
+        "slug_mismatch",
+        "unregistered_cluster",
+        "argo_rollouts_forbidden",
+        "shared_data_dir",
+    }
+    assert expected <= names, expected - names
+    with audit_console.client() as c:
+        latest = c.get("/api/v1/audit/runs/latest").json()
+    shared_dir = next(f for f in latest["findings"] if f["name"] == "shared_data_dir")
+    assert shared_dir["severity"] == "critical" and "worker-1" in shared_dir["message"]
+    assert "nodeAgent.hostDataDir=/var/lib/proxima-node-agent" in shared_dir["fix"]
+
+
+def test_identity_release_dry_runs_then_releases_and_reports_refusals(audit_console):
+    token = audit_console.install_token()
+    quiet = Identity(name="moved-node")
+    quiet_id = quiet.enroll(audit_console, token).json()["agent_id"]
+    revoked = Identity(name="revoked-node")
+    revoked_id = revoked.enroll(audit_console, token).json()["agent_id"]
+    with audit_console.client() as c:
+        c.post(f"/api/v1/fleet/agents/{revoked_id}/revoke").raise_for_status()
+    fresh = Identity(name="fresh-node")
+    fresh_id = fresh.enroll(audit_console, token).json()["agent_id"]
+    ids = [quiet_id, revoked_id, fresh_id]
+    dry = identity_release(agent_ids=ids, dry_run=True, quiet_seconds=3)
+    assert [r["outcome"] for r in dry["rows"]] == ["refused", "refused", "refused"]
+    assert audit_console.agent(quiet_id)["status"] != "released"
+    wait_for(lambda: audit_console.agent(quiet_id)["seconds_since_seen"] > 3.2, timeout=10)
+    real = identity_release(agent_ids=[quiet_id, revoked_id], dry_run=False)
+    outcome = {r["agent"]: (r["outcome"], r["reason"]) for r in real["rows"]}
+    assert outcome == {
+        "host/moved-node": ("released", ""),
+        "host/revoked-node": ("refused", "agent_revoked"),
+    }
+    again = Identity(name="moved-node").enroll(audit_console, token)
+    assert (again.status_code, again.json()["agent_id"]) == (200, quiet_id)
