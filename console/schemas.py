@@ -110,6 +110,7 @@ class AgentPublic(BaseModel):
     name: str
     version: str | None
     instance_id: str | None = Field(description="The process that heartbeat last")
+    cluster_slug: str | None = Field(default=None, description="Reported by Kubernetes agents")
     status: AgentStatus
     enrolled_at: datetime
     last_seen_at: datetime | None

@@ -99,6 +99,7 @@ def agent_public(
         name=agent.name,
         version=agent.version,
         instance_id=agent.instance_id,
+        cluster_slug=agent.cluster_slug,
         status=agent_status(agent, stale_seconds=stale_seconds, now=now),
         enrolled_at=agent.enrolled_at,
         last_seen_at=agent.last_seen_at,

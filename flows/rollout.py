@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from uuid import UUID
 from typing import Literal
+from uuid import UUID
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import (

@@ -1,9 +1,9 @@
 """What the web pages raise besides ``console.errors.ConsoleError`` (which they render too).
 
-    PageError          an error page with a status, a stable reason and a message
-    └── CsrfError      403: a POST without this session's CSRF token
-    SignInRequired     not an error page: a redirect to /sign-in (no session, or its API token
-                       stopped being valid — ``reason`` says which)
+PageError          an error page with a status, a stable reason and a message
+└── CsrfError      403: a POST without this session's CSRF token
+SignInRequired     not an error page: a redirect to /sign-in (no session, or its API token
+                   stopped being valid — ``reason`` says which)
 """
 
 from __future__ import annotations

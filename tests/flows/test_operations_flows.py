@@ -229,3 +229,59 @@ def test_identity_release_dry_runs_then_releases_and_reports_refusals(audit_cons
     }
     again = Identity(name="moved-node").enroll(audit_console, token)
     assert (again.status_code, again.json()["agent_id"]) == (200, quiet_id)
+
+
+async def _collector(console, slug, *, inventory: bool):
+    token = console.install_token(cluster_slug=slug)
+    ident = Identity(name=f"{slug}-collector-0", agent_type="k8s-cluster-collector")
+    agent_id = ident.enroll(console, token).json()["agent_id"]
+    nc = await nats.connect(console.nats_url, **ident.nats_options())
+    await _beat(nc, agent_id, ident, sync_interval_seconds=300.0, leader=True, cluster_slug=slug)
+    if inventory:
+        snap = InventorySnapshot(
+            cluster_slug=slug,
+            cluster_name=slug,
+            collected_at=datetime.now(UTC),
+            sync_interval_seconds=300.0,
+            counts={"nodes": 2},
+        )
+        for chunk in encode_chunks(snap, uuid.uuid4().hex):
+            await nc.publish(subjects.inventory(agent_id), chunk)
+    await nc.flush()
+    return nc
+
+
+async def test_the_enrollment_check_passes_on_a_healthy_cluster_and_names_what_is_missing(
+    audit_console, tmp_path
+):
+    from flows.enrollment_check import enrollment_check
+
+    with audit_console.client() as c:
+        c.post("/api/v1/clusters", json={"name": "good"}).raise_for_status()
+        c.post("/api/v1/clusters", json={"name": "silent"}).raise_for_status()
+    good = await _collector(audit_console, "good", inventory=True)
+    silent = await _collector(audit_console, "silent", inventory=False)
+    try:
+        ok = await asyncio.to_thread(
+            enrollment_check, cluster_slug="good", deadline_seconds=20, poll_seconds=0.2
+        )
+        assert ok["passed"], ok["report"]
+        broken = await asyncio.to_thread(
+            enrollment_check, cluster_slug="silent", deadline_seconds=2, poll_seconds=0.2
+        )
+        assert not broken["passed"]
+        assert (broken["enrollment"], broken["heartbeat"], broken["inventory"]) == (
+            True,
+            True,
+            False,
+        )
+        assert "Missing: inventory" in broken["report"]
+        assert "clusterAgent.clusterSlug" in broken["report"]
+        nothing = await asyncio.to_thread(
+            enrollment_check, cluster_slug="never-onboarded", deadline_seconds=1, poll_seconds=0.2
+        )
+        assert "Cluster not appearing in Console" in nothing["report"]
+        assert "verify the install token" in nothing["report"]
+    finally:
+        await good.close()
+        await silent.close()

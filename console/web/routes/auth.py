@@ -134,9 +134,7 @@ async def sign_in(request: Request, runtime: RuntimeDep) -> Response:
         principal = await run_in_threadpool(check)
     except UnauthorizedError as exc:
         message = "Paste an API token (pxa_…)." if exc.reason == "missing_token" else exc.message
-        return _sign_in_page(
-            request, next_path=next_path, error=message, notice=None, status=401
-        )
+        return _sign_in_page(request, next_path=next_path, error=message, notice=None, status=401)
     session: WebSession = web.store.create(token)
     response = RedirectResponse(next_path or home_for(principal), status_code=303)
     set_session_cookie(request, response, web.store.cookie_value(session))

@@ -183,9 +183,7 @@ def add_cluster(
 
 
 @router.get("/clusters/{slug}")
-def cluster_detail(
-    slug: str, request: Request, viewer: ViewerDep, runtime: RuntimeDep
-) -> Response:
+def cluster_detail(slug: str, request: Request, viewer: ViewerDep, runtime: RuntimeDep) -> Response:
     viewer.require(Scope.CLUSTERS_READ)
     cluster = clusters_api.get_cluster(slug, viewer.principal, runtime)
     stale = timedelta(seconds=runtime.settings.agent_stale_seconds)
@@ -218,9 +216,7 @@ def _status(request: Request, viewer: Viewer, runtime: ConsoleRuntime, slug: str
             agent_nats_url=runtime.agent_nats_url,
             backend_sync_interval=runtime.settings.k8s_sync_interval,
         )
-        public = svc.public(
-            db, cluster, backend_sync_interval=runtime.settings.k8s_sync_interval
-        )
+        public = svc.public(db, cluster, backend_sync_interval=runtime.settings.k8s_sync_interval)
     return status, public
 
 
@@ -286,6 +282,4 @@ def mint_cluster_token(
         )
     viewer.session.reveal[_reveal_key(cluster.slug)] = created.token
     viewer.session.flash("ok", f"Install token {created.prefix}… minted for {cluster.slug}.")
-    return RedirectResponse(
-        _onboarding_url(cluster.slug, form.flag("host_agent")), status_code=303
-    )
+    return RedirectResponse(_onboarding_url(cluster.slug, form.flag("host_agent")), status_code=303)
