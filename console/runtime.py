@@ -32,6 +32,8 @@ from contracts.messages import Command, CommandKind
 log = logging.getLogger(__name__)
 
 AUTH_ERRORS = "$SYS.SERVER.*.CLIENT.AUTH.ERR"
+# Console replicas share the ingest work: each message goes to one of them.
+INGEST_QUEUE = "proxima-console-ingest"
 
 
 class ConsoleStartupError(RuntimeError):
@@ -139,9 +141,15 @@ class ConsoleRuntime:
             disconnected_cb=_log_cb("nats disconnected"),
             reconnected_cb=_log_cb("nats reconnected"),
         )
-        await self.nc.subscribe(subjects.ALL_HEARTBEATS, cb=self.ingester.on_heartbeat)
-        await self.nc.subscribe(subjects.ALL_METRICS, cb=self.ingester.on_metrics)
-        await self.nc.subscribe(subjects.ALL_RESULTS, cb=self.ingester.on_result)
+        await self.nc.subscribe(
+            subjects.ALL_HEARTBEATS, queue=INGEST_QUEUE, cb=self.ingester.on_heartbeat
+        )
+        await self.nc.subscribe(
+            subjects.ALL_METRICS, queue=INGEST_QUEUE, cb=self.ingester.on_metrics
+        )
+        await self.nc.subscribe(
+            subjects.ALL_RESULTS, queue=INGEST_QUEUE, cb=self.ingester.on_result
+        )
         await self.nc.subscribe(subjects.ALL_INVENTORY, cb=self.ingester.on_inventory)
         system_jwt = self.authority.system_user_jwt(console_pub).encode()
         self.sys_nc = await nats.connect(
@@ -152,7 +160,7 @@ class ConsoleRuntime:
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
         )
-        await self.sys_nc.subscribe(AUTH_ERRORS, cb=self.ingester.on_auth_error)
+        await self.sys_nc.subscribe(AUTH_ERRORS, queue=INGEST_QUEUE, cb=self.ingester.on_auth_error)
         self.ingester.start()
         self._sweeper = asyncio.create_task(self._sweep(), name="rollout-sweeper")
         log.info("console nats connected to %s", self.nats_url)
