@@ -25,14 +25,21 @@ class ProblemLog:
     def failing(self) -> bool:
         return self.current is not None
 
-    def failed(self, key: str, message: str, *args: Any, level: int = logging.WARNING) -> bool:
+    def failed(
+        self,
+        key: str,
+        message: str,
+        *args: Any,
+        level: int = logging.WARNING,
+        exc_info: bool = False,
+    ) -> bool:
         """Log ``message`` if ``key`` is not the failure already reported; True if logged."""
         self.failures += 1
         if key == self.current:
             self._log.debug("still failing (%d attempts): %s", self.failures, key)
             return False
         self.current = key
-        self._log.log(level, message, *args)
+        self._log.log(level, message, *args, exc_info=exc_info)
         return True
 
     def recovered(self, message: str, *args: Any) -> bool:

@@ -70,11 +70,11 @@ class EmbeddedNats:
     """A nats-server child process bound to 127.0.0.1, its config including the auth file."""
 
     def __init__(self, *, workdir: Path, port: int, max_payload: int) -> None:
-        self.workdir = workdir
+        self.workdir = workdir.resolve()  # the server runs with this as its cwd
         self.port = port
         self.max_payload = max_payload
-        self.auth_file = workdir / "authorization.conf"
-        self.config_file = workdir / "nats-server.conf"
+        self.auth_file = self.workdir / "authorization.conf"
+        self.config_file = self.workdir / "nats-server.conf"
         self.process: subprocess.Popen[bytes] | None = None
         self.client_url = ""
         self.monitor_url = ""

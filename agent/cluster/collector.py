@@ -269,6 +269,17 @@ class ClusterCollector:
                 "inventory sync failed (%d in a row): %s", self._api_problems.failures, e.detail
             )
             return
+        except Exception as e:
+            # A bug or an object we cannot read must not stop the agent: say it once, retry.
+            self._api_problems.failed(
+                f"error {type(e).__name__}: {e}",
+                "inventory sync failed: %s; retrying every %s",
+                e,
+                format_duration(self.interval),
+                level=logging.ERROR,
+                exc_info=True,
+            )
+            return
         server = self._reader.server if self._reader is not None else "?"
         self._api_problems.recovered("kubernetes API %s available again: inventory flows", server)
         self.last_reading = reading

@@ -280,7 +280,7 @@ class LeaseElector:
             else:
                 problem = f"{self.where}: the API server answered {e.status} {e.reason or ''}"
             return _Attempt(False, problem=problem.strip())
-        except (urllib3.exceptions.HTTPError, OSError, ConfigException, ValueError) as e:
+        except (urllib3.exceptions.HTTPError, OSError, ConfigException) as e:
             reason = getattr(e, "reason", None)
             detail = str(reason if reason is not None else e) or e.__class__.__name__
             if "Connection refused" in detail:
@@ -288,6 +288,10 @@ class LeaseElector:
             return _Attempt(
                 False, problem=f"cannot reach the API server for {self.where}: {detail}"
             )
+        except Exception as e:
+            # A Lease we cannot make sense of must not end the campaign: report it, retry.
+            log.debug("leader election attempt failed", exc_info=True)
+            return _Attempt(False, problem=f"{self.where}: {type(e).__name__}: {e}")
 
     def _set_leading(self, leading: bool) -> None:
         if leading:
@@ -354,7 +358,8 @@ class LeaseElector:
     async def release(self) -> None:
         """Give the Lease up (holder cleared, 1 s duration) if we hold it: a standby takes over
         within its retry period instead of waiting for the lease to expire."""
-        if self.state is not ElectionState.LEADING or self._lease is None:
+        held = (self._lease or {}).get("spec") or {}
+        if self._lease is None or held.get("holderIdentity") != self.identity:
             return
         self.state = ElectionState.STARTING
         lease = dict(self._lease)

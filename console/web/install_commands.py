@@ -32,9 +32,9 @@ NAMESPACE = "proxima-system"
 CHART_REPO_URL = "https://gitlab.prxm.uz/api/v4/projects/271/packages/helm/stable"
 HOST_AGENT_DATA_DIR = "/var/lib/proxima-node-agent"
 CHART_DEFAULT_SYNC_INTERVAL = "5m"
-SECRET_NAME = "proxima-install-token"
-SECRET_KEY = "token"
-TOKEN_PLACEHOLDER = "YOUR_INSTALL_TOKEN"
+SECRET_NAME = "proxima-install-token"  # noqa: S105 (a Secret's name, not a secret)
+SECRET_KEY = "token"  # noqa: S105
+TOKEN_PLACEHOLDER = "YOUR_INSTALL_TOKEN"  # noqa: S105 (the seed's placeholder)
 VALUES_FILE = "proxima-agent-values.yaml"
 
 _HELM_TYPED = re.compile(r"(?i)^(true|false|null|[+-]?[0-9]+)$")
@@ -110,7 +110,8 @@ class InstallPlan:
             "clusterAgent:",
             f"  clusterName: {_y(self.cluster_name)}",
             f"  clusterSlug: {_y(self.cluster_slug)}",
-            "  # The Console's PROXIMA_K8S_SYNC_INTERVAL: nothing reconciles the two, keep them equal.",
+            "  # The Console's PROXIMA_K8S_SYNC_INTERVAL: nothing reconciles the two, keep them"
+            " equal.",
             f"  syncInterval: {_y(self.sync_interval)}",
         ]
         if self.host_data_dir:
@@ -147,7 +148,8 @@ class InstallPlan:
             "  source:\n"
             f"    repoURL: {CHART_REPO_URL}\n"
             f"    chart: {RELEASE}\n"
-            f"    targetRevision: {self.chart_version}          # pin to a published chart version\n"
+            f"    targetRevision: {self.chart_version}"
+            "          # pin to a published chart version\n"
             "    helm:\n"
             f"      releaseName: {RELEASE}\n"
             "      values: |\n"

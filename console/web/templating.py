@@ -35,7 +35,7 @@ SECURITY_HEADERS = {
 def when(value: datetime | None, missing: str = "—") -> Markup:
     """An aware datetime as ``2026-05-02 12:03:04 UTC`` in a <time> element."""
     if value is None:
-        return Markup(escape(missing))
+        return escape(missing)
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     value = value.astimezone(UTC)
@@ -49,6 +49,8 @@ def duration(seconds: float | None, missing: str = "—") -> str:
     if seconds is None:
         return missing
     seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.2g} s"
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 90 * 60:

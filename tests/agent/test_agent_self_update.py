@@ -160,6 +160,9 @@ def hosts() -> Iterator[list[Host]]:
 
 
 def leftovers(host: Host) -> list[str]:
+    """Files an update left behind, once the agent has stopped (while it runs, its atomic
+    writes briefly show ``.<file>.*.tmp``)."""
+    assert host.agent.stop() == 0
     names = {p.name for p in host.program.parent.iterdir()} - {host.program.name}
     names |= {p.name for p in host.data_dir.iterdir() if p.name.startswith(("update", "."))}
     return sorted(names)

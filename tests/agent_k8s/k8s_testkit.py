@@ -276,7 +276,7 @@ class FakeKubelet:
 
     directory: Path
     node: str = "node-1"
-    token: str = "kubelet-test-token"  # noqa: S105
+    token: str = "kubelet-test-token"
     answer: int = 200
     pods: int = 20
     requests: int = 0

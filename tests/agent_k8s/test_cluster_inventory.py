@@ -30,7 +30,7 @@ def _warnings(view: dict) -> dict[str, list[str]]:
     return found
 
 
-def test_a_5000_pod_inventory_reaches_the_console_counted_truncated_and_without_excluded_namespaces(  # noqa: E501
+def test_a_5000_pod_inventory_reaches_the_console_counted_truncated_and_without_excluded_namespaces(
     k8s_console: ConsoleProcess,
     observer: NatsObserver,
     kube_api: KubeApiDouble,
@@ -76,7 +76,9 @@ def test_a_5000_pod_inventory_reaches_the_console_counted_truncated_and_without_
         listed = cluster_inventory(k8s_console, slug, "pods")
         assert listed["total"] == 4000
         assert not {p["namespace"] for p in listed["items"]} & EXCLUDED
-        namespaces = {n["name"] for n in cluster_inventory(k8s_console, slug, "namespaces")["items"]}
+        namespaces = {
+            n["name"] for n in cluster_inventory(k8s_console, slug, "namespaces")["items"]
+        }
         assert "payments" in namespaces and not namespaces & EXCLUDED
 
         # Chunked under the server's max payload, as the Console's NATS reports it.
@@ -212,6 +214,7 @@ def test_the_api_server_down_is_logged_once_the_agent_stays_ready_and_recovers(
         log = agent.log()
         assert log.count("unavailable: connection refused") == 1, log
         assert "the agent stays connected and retries every 500ms" in log
+        assert "Retrying" not in log  # urllib3's per-retry warnings are kept out
         # Still enrolled, connected and heartbeating: its identity does not need the API.
         assert agent.readyz()[0] == 200
         assert observer.of("heartbeat", agent_id, since=down_at + 1.0)
@@ -219,9 +222,7 @@ def test_the_api_server_down_is_logged_once_the_agent_stays_ready_and_recovers(
 
         kube_api.up()
         up_at = time.monotonic()
-        wait_for(
-            lambda: observer.syncs(agent_id, since=up_at), timeout=15, what="a sync after up"
-        )
+        wait_for(lambda: observer.syncs(agent_id, since=up_at), timeout=15, what="a sync after up")
         wait_for(lambda: len(observer.syncs(agent_id, since=up_at)) >= 3, what="three syncs")
         log = agent.log()
         assert log.count("available again: inventory flows") == 1

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent.cluster import STANDING_BY, LeaseElector, LeaseLock, LeaseTiming
+from tests.agent.agent_testkit import async_wait_until
 from tests.agent_k8s.k8s_testkit import (
     LEASE_DURATION,
     RETRY_PERIOD,
@@ -23,7 +24,6 @@ from tests.agent_k8s.k8s_testkit import (
     register_cluster,
     stop_all,
 )
-from tests.agent.agent_testkit import async_wait_until
 from tests.support.console import ConsoleProcess
 from tests.support.kube import FleetSpec, KubeApiDouble, objects, seed_fleet
 from tests.support.waiting import wait_for
@@ -48,7 +48,9 @@ class Campaign:
     def start(self, identity: str) -> LeaseElector:
         api = self.kube.api_client()
         self._clients.append(api)
-        elector = LeaseElector(LeaseLock(api, LEASE, NAMESPACE, timeout=1.0), identity, timing=TIMING)
+        elector = LeaseElector(
+            LeaseLock(api, LEASE, NAMESPACE, timeout=1.0), identity, timing=TIMING
+        )
         self.electors[identity] = elector
         self.tasks[identity] = asyncio.create_task(elector.run())
         if self._sampler is None:
@@ -150,6 +152,7 @@ async def test_a_leader_that_releases_hands_over_within_a_retry_period(
 async def test_a_leader_that_cannot_renew_stops_leading_before_its_lease_expires(
     campaign: Campaign, kube_api: KubeApiDouble, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="agent.cluster.election")
     elector = campaign.start("solo")
     await async_wait_until(lambda: elector.is_leader, 5, "leading")
     kube_api.down()
@@ -203,7 +206,12 @@ def test_three_collectors_elect_one_leader_and_a_standby_publishes_soon_after_it
     started = time.monotonic()
     agents = [
         cluster_agent(
-            tmp_path, k8s_console, kube_env, token=token, cluster_name="HA Three", ordinal=i,
+            tmp_path,
+            k8s_console,
+            kube_env,
+            token=token,
+            cluster_name="HA Three",
+            ordinal=i,
             replicas=3,
         ).start()
         for i in range(3)
@@ -220,9 +228,7 @@ def test_three_collectors_elect_one_leader_and_a_standby_publishes_soon_after_it
         standbys = [a for i, a in by_id.items() if i != leader_id]
         for standby in standbys:
             wait_for(lambda s=standby: STANDING_BY in s.log(), what=f"{standby.name} standing by")
-        wait_for(
-            lambda: len(observer.syncs(leader_id, since=started)) >= 6, what="six syncs"
-        )
+        wait_for(lambda: len(observer.syncs(leader_id, since=started)) >= 6, what="six syncs")
         assert publishers() == [leader_id], "exactly one publisher"
         assert wait_for(lambda: _console_leaders(k8s_console, slug, ids), what="heartbeats") == [
             leader_id
@@ -236,14 +242,17 @@ def test_three_collectors_elect_one_leader_and_a_standby_publishes_soon_after_it
             what="a standby's first inventory",
         )[0]
         new_leader = first.agent_id
+        print(f"standby published {first.at - killed:.2f} s after the leader was killed")
         # It stands by until the dead leader's lease runs out (its last renewal was at most a
         # retry period before the kill), then relists and publishes.
         assert first.at - killed <= LEASE_DURATION + 2 * RETRY_PERIOD + 1.5
         wait_for(lambda: len(observer.syncs(new_leader, since=killed)) >= 4, what="four syncs")
         assert publishers() == [leader_id, new_leader], "one publisher at any time"
         assert wait_for(
-            lambda: (ls := _console_leaders(k8s_console, slug, ids - {leader_id})) == [new_leader]
-            and ls,
+            lambda: (
+                (ls := _console_leaders(k8s_console, slug, ids - {leader_id})) == [new_leader]
+                and ls
+            ),
             what="the new leader in the Console",
         )
         third = next(a for i, a in by_id.items() if i not in (leader_id, new_leader))
@@ -263,11 +272,16 @@ def test_two_collectors_hand_over_at_once_when_the_leader_stops_cleanly(
     tmp_path: Path,
 ) -> None:
     _seed(kube_api)
-    slug, token = register_cluster(k8s_console, "HA Two")
+    _slug, token = register_cluster(k8s_console, "HA Two")
     started = time.monotonic()
     agents = [
         cluster_agent(
-            tmp_path, k8s_console, kube_env, token=token, cluster_name="HA Two", ordinal=i,
+            tmp_path,
+            k8s_console,
+            kube_env,
+            token=token,
+            cluster_name="HA Two",
+            ordinal=i,
             replicas=2,
         ).start()
         for i in range(2)
@@ -284,12 +298,11 @@ def test_two_collectors_hand_over_at_once_when_the_leader_stops_cleanly(
         wait_for(lambda: STANDING_BY in by_id[other_id].log(), what="standing by")
         by_id[leader_id].stop(signal.SIGTERM)
         stopped = time.monotonic()
-        assert "released lease proxima-system/proxima-agent-cluster-agent" in by_id[
-            leader_id
-        ].log()
+        assert "released lease proxima-system/proxima-agent-cluster-agent" in by_id[leader_id].log()
         first = wait_for(
             lambda: observer.syncs(other_id, since=stopped - 0.5), timeout=10, what="handover"
         )[0]
+        print(f"standby published {first.at - stopped:.2f} s after the leader stopped")
         # Released, not expired: one retry period (with jitter) and a relist.
         assert first.at - stopped <= 2 * RETRY_PERIOD + 1.0
         assert [p for p in observer.publishers(since=started) if p in by_id] == [

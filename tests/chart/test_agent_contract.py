@@ -97,9 +97,9 @@ def test_the_cluster_agent_environment_parses_into_the_settings_the_chart_means(
     assert settings.data_dir == Path("/var/lib/proxima-agent")
     assert settings.cluster_name == "production-rke2"
     assert settings.cluster_slug == "production-rke2"
-    assert settings.exclude_namespaces == "kube-system,kube-public"
+    assert settings.exclude_namespaces == ("kube-system", "kube-public")
     assert settings.lease_name == "proxima-agent-cluster-agent"
-    assert settings.replicas == "2"
+    assert settings.replicas == 2
     assert settings.health_port == 8181
 
 

@@ -37,6 +37,7 @@ def test_prefect_deploy_all_creates_every_deployment_with_enforced_schemas(prefe
         "flows/audit.py:fleet_audit": "fleet-audit",
         "flows/identity_release.py:identity_release": "identity-release",
         "flows/enrollment_check.py:enrollment_check": "enrollment-check",
+        "flows/migration.py:hostdatadir_migration": "hostdatadir-migration",
     }
 
     async def read_all():

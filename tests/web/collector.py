@@ -9,6 +9,7 @@ chunked inventory over NATS with its own key.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import shlex
 import threading
@@ -28,7 +29,7 @@ def helm_sets(command: str) -> dict[str, str]:
     """``--set``/``--set-string`` values of a shell command, unescaped as Helm reads them."""
     words = shlex.split(command.replace("\\\n", " "))
     values: dict[str, str] = {}
-    for flag, arg in zip(words, words[1:], strict=False):
+    for flag, arg in itertools.pairwise(words):
         if flag in ("--set", "--set-string"):
             key, _, value = arg.partition("=")
             out, escaped = [], False
@@ -105,7 +106,7 @@ class SimulatedCollector:
                 "nodes": [ObjectSummary(name=f"node-{i}") for i in range(nodes)],
             },
         )
-        chunks = encode_chunks(snapshot, uuid.uuid4().hex, max_payload=4096)
+        chunks = encode_chunks(snapshot, uuid.uuid4().hex, max_payload=1024)
         self._publish([(subjects.inventory(self.agent_id), c) for c in chunks])
         return len(chunks)
 

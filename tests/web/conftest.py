@@ -94,11 +94,17 @@ class Ui:
         """The next page is an error page on purpose: Chromium logs its status; accept that."""
         self.allowed.append(re.compile(rf"status of {status}\b"))
 
-    def shot(self, name: str) -> None:
-        """The page at laptop width, then at phone width (the layout must hold at both)."""
+    def shot(self, name: str, focus: str | None = None) -> None:
+        """The page at laptop width, then at phone width (the layout must hold at both), from
+        the top or from the ``focus`` element."""
         page = self.page
         for label, size in (("laptop", LAPTOP), ("phone", PHONE)):
             page.set_viewport_size(size)  # type: ignore[attr-defined]
+            page.evaluate(  # type: ignore[attr-defined]
+                "sel => sel ? document.querySelector(sel).scrollIntoView({block: 'start'})"
+                " : window.scrollTo(0, 0)",
+                focus,
+            )
             path = self.shots / f"{name}-{label}.png"
             page.screenshot(path=str(path), animations="disabled")  # type: ignore[attr-defined]
             width = page.evaluate("document.documentElement.scrollWidth")  # type: ignore[attr-defined]
@@ -131,16 +137,16 @@ def ui(browser, screenshot_dir: Path) -> Iterator[Callable[..., Ui]]:  # type: i
 
     def open_ui(console: ConsoleProcess, token: str | None = None, *, sign_in: bool = True) -> Ui:
         context = browser.new_context(viewport=LAPTOP, device_scale_factor=1)
-        context.grant_permissions(
-            ["clipboard-read", "clipboard-write"], origin=console.url
-        )
+        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=console.url)
         page = context.new_page()
         view = Ui(page=page, console=console, shots=screenshot_dir)
         page.on(
             "console",
-            lambda msg: view.errors.append(f"console {msg.type}: {msg.text}")
-            if msg.type == "error"
-            else None,
+            lambda msg: (
+                view.errors.append(f"console {msg.type}: {msg.text}")
+                if msg.type == "error"
+                else None
+            ),
         )
         page.on("pageerror", lambda exc: view.errors.append(f"page error: {exc}"))
         opened.append((context, view))

@@ -16,7 +16,6 @@ def test_a_wrong_token_is_refused_and_a_good_one_opens_a_session_cookie(web_cons
     assert "/sign-in?next=%2Fagents" in page.url
     view.shot("sign-in")
     page.fill("#token", "pxa_not-a-token")
-    view.expect_failed_load(401)
     page.click("button[type=submit]")
     assert page.locator("#sign-in-error").inner_text() == "API token is not valid"
     page.fill("#token", web_console.token)
@@ -96,6 +95,9 @@ def test_a_read_only_token_sees_no_actions_and_every_write_is_403(web_console, u
 
 def test_a_token_without_a_read_scope_gets_the_reason_not_the_page(web_console, ui):
     view = ui(web_console, web_console.api_token(["agents:read"]))
+    assert view.page.url.endswith("/agents")  # signed in onto a page it may read
+    view.goto("/")
+    assert view.page.url.endswith("/agents")
     view.expect_failed_load(403)
     view.goto("/clusters")
     assert "lacks the 'clusters:read' scope" in view.page.content()
@@ -109,3 +111,21 @@ def test_revoking_the_api_token_ends_its_web_session(web_console, ui):
     own.locator("button:has-text('Revoke')").click()
     view.page.wait_for_url(re.compile(r"/sign-in\?.*reason=token_revoked"))
     assert "has been revoked" in view.page.content()
+
+
+def test_behind_https_the_session_cookie_is_secure(web_console):
+    """Behind a TLS proxy (X-Forwarded-Proto from a trusted address) the cookie says Secure."""
+    https = {"X-Forwarded-Proto": "https"}
+    form = httpx.get(f"{web_console.url}/sign-in", headers=https)
+    nonce = re.search(r'name="csrf_token" value="([^"]+)"', form.text).group(1)
+    assert "Secure" in form.headers["set-cookie"]
+    signed_in = httpx.post(
+        f"{web_console.url}/sign-in",
+        headers={**https, "Cookie": f"proxima_sign_in={form.cookies['proxima_sign_in']}"},
+        data={"csrf_token": nonce, "token": web_console.token},
+    )
+    assert signed_in.status_code == 303
+    session = next(
+        v for k, v in signed_in.headers.multi_items() if v.startswith("proxima_session=")
+    )
+    assert {"HttpOnly", "Secure", "SameSite=lax"} <= {p.strip() for p in session.split(";")}

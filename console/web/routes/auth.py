@@ -13,8 +13,8 @@ from console.api.deps import RuntimeDep
 from console.auth import Principal, authenticate
 from console.errors import UnauthorizedError
 from console.schemas import Scope
-from console.web.deps import FormDep, ViewerDep, get_web
-from console.web.errors import CsrfError
+from console.web.deps import FormDep, ViewerDep, get_viewer, get_web
+from console.web.errors import CsrfError, SignInRequired
 from console.web.forms import CSRF_FIELD, read_form
 from console.web.routing import PageRoute
 from console.web.sessions import SESSION_COOKIE, SIGN_IN_COOKIE, WebSession
@@ -70,20 +70,23 @@ def set_session_cookie(request: Request, response: Response, value: str) -> None
 
 
 @router.get("/")
-def index(request: Request) -> Response:
-    session = get_web(request).store.get(request.cookies.get(SESSION_COOKIE))
-    return RedirectResponse("/clusters" if session else "/sign-in", status_code=303)
+def index(request: Request, runtime: RuntimeDep) -> Response:
+    """The first page the signed-in token may read; the sign-in form otherwise."""
+    try:
+        viewer = get_viewer(request, runtime)
+    except SignInRequired:
+        return RedirectResponse("/sign-in", status_code=303)
+    return RedirectResponse(home_for(viewer.principal), status_code=303)
 
 
 def _sign_in_page(
-    request: Request, *, next_path: str, error: str | None, notice: str | None, status: int
+    request: Request, *, next_path: str, error: str | None, notice: str | None
 ) -> Response:
     web = get_web(request)
     nonce = secrets.token_urlsafe(24)
     response = web.templates.render(
         request,
         "sign_in.html",
-        status_code=status,
         title="Sign in",
         nonce=nonce,
         next_path=next_path,
@@ -103,13 +106,12 @@ def _sign_in_page(
 
 
 @router.get("/sign-in")
-def sign_in_form(request: Request, next: str = "", reason: str = "") -> Response:  # noqa: A002
+def sign_in_form(request: Request, next: str = "", reason: str = "") -> Response:
     return _sign_in_page(
         request,
         next_path=_safe_next(next) or "",
         error=None,
         notice=_REASONS.get(reason),
-        status=200,
     )
 
 
@@ -134,7 +136,7 @@ async def sign_in(request: Request, runtime: RuntimeDep) -> Response:
         principal = await run_in_threadpool(check)
     except UnauthorizedError as exc:
         message = "Paste an API token (pxa_…)." if exc.reason == "missing_token" else exc.message
-        return _sign_in_page(request, next_path=next_path, error=message, notice=None, status=401)
+        return _sign_in_page(request, next_path=next_path, error=message, notice=None)
     session: WebSession = web.store.create(token)
     response = RedirectResponse(next_path or home_for(principal), status_code=303)
     set_session_cookie(request, response, web.store.cookie_value(session))

@@ -100,13 +100,11 @@ def _wizard(
     *,
     values: dict[str, Any],
     errors: dict[str, str],
-    status: int = 200,
     existing: str | None = None,
 ) -> Response:
     return get_web(request).templates.render(
         request,
         "clusters/add.html",
-        status_code=status,
         title="Add a cluster",
         active="clusters",
         viewer=viewer,
@@ -145,7 +143,7 @@ def add_cluster(
     }
     errors = _validate(name, slug)
     if errors:
-        return _wizard(request, viewer, values=values, errors=errors, status=400)
+        return _wizard(request, viewer, values=values, errors=errors)
     try:
         cluster = clusters_api.register(
             svc.ClusterCreate(name=name, slug=slug or None), viewer.principal, runtime
@@ -157,7 +155,6 @@ def add_cluster(
             viewer,
             values=values,
             errors={"slug": exc.message},
-            status=exc.status,
             existing=slug_shown if exc.reason == "cluster_exists" else None,
         )
     lifetime = TOKEN_LIFETIMES[str(values["expires"])][1]

@@ -94,12 +94,10 @@ def _form_page(
     *,
     values: dict[str, Any],
     errors: list[str],
-    status: int = 200,
 ) -> Response:
     return get_web(request).templates.render(
         request,
         "rollouts/new.html",
-        status_code=status,
         title="Start a rollout",
         active="rollouts",
         viewer=viewer,
@@ -227,7 +225,7 @@ async def create_rollout(
         except ValidationError as exc:
             errors = _validation_errors(exc)
     if errors:
-        return _form_page(request, viewer, runtime, values=values, errors=errors, status=400)
+        return _form_page(request, viewer, runtime, values=values, errors=errors)
     try:
         rollout = await rollouts_api.create(create, viewer.principal, runtime)
     except (ForbiddenError, UnauthorizedError):
@@ -239,7 +237,6 @@ async def create_rollout(
             runtime,
             values=values,
             errors=[f"{exc.reason}: {exc.message}"],
-            status=exc.status,
         )
     viewer.session.flash(
         "ok",
