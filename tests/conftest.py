@@ -65,3 +65,16 @@ def console(console_factory, database_url: str) -> ConsoleProcess:  # type: igno
             "PROXIMA_AGENT_STALE_SECONDS": str(QUIET_SECONDS),
         },
     )
+
+
+@pytest.fixture(scope="session")
+def prefect_api_url() -> Iterator[str]:
+    """One Prefect test harness per test run (it takes ~15 s to start here)."""
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        url = PREFECT_API_URL.value()
+        assert url, "the harness did not set PREFECT_API_URL"
+        yield str(url)

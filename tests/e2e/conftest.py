@@ -44,3 +44,15 @@ def agents(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
     yield make
     for proc in started:
         proc.stop()
+
+
+@pytest.fixture
+def flow_console(console_factory, prefect_api_url, monkeypatch):  # type: ignore[no-untyped-def]
+    """A Console wired to the session's Prefect harness, for end-to-end rollouts."""
+    console = console_factory(
+        name="flow-console",
+        env={"PROXIMA_PREFECT_API_URL": prefect_api_url, "PROXIMA_AGENT_STALE_SECONDS": "30"},
+    )
+    monkeypatch.setenv("PROXIMA_CONSOLE_URL", console.url)
+    monkeypatch.setenv("PROXIMA_CONSOLE_TOKEN", console.token)
+    return console

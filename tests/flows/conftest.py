@@ -1,21 +1,6 @@
-"""One Prefect test harness per test run (it takes ~15 s to start here)."""
-
-import os
-from collections.abc import Iterator
+"""Fixtures of the flow tests (the Prefect harness is session-wide, in tests/conftest.py)."""
 
 import pytest
-
-
-@pytest.fixture(scope="session")
-def prefect_api_url() -> Iterator[str]:
-    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        url = PREFECT_API_URL.value()
-        assert url, "the harness did not set PREFECT_API_URL"
-        yield str(url)
 
 
 @pytest.fixture

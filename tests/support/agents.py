@@ -41,6 +41,7 @@ class AgentProcess:
         heartbeat: str = "0.3s",
         env: dict[str, str] | None = None,
         log_path: Path | None = None,
+        command: list[str] | None = None,
     ) -> None:
         self.name = name
         self.data_dir = data_dir
@@ -62,13 +63,16 @@ class AgentProcess:
             self.env["PROXIMA_HOST_ROOT"] = str(host_root)
         self.env.update(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
+        # The program: `python -m agent run` by default; a built zipapp (and a wrapper such as
+        # `unshare -m …`) for self-update tests.
+        self.command = command or [sys.executable, "-m", "agent", "run"]
 
     def start(self) -> AgentProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.data_dir / "health.port").unlink(missing_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "agent", "run"],
+                self.command,
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
