@@ -27,14 +27,14 @@ class Principal:
 
     def require(self, scope: str) -> None:
         if scope not in self.scopes:
-            raise ForbiddenError("missing_scope", f"this API token lacks the {scope!r} scope")
+            raise ForbiddenError("missing_scope", f"this API token lacks the {str(scope)!r} scope")
 
     def require_on(self, scope: str, *, client_id: str, environment_id: str) -> None:
         self.require(scope)
         if client_id != self.client_id or environment_id != self.environment_id:
             raise ForbiddenError(
                 "wrong_environment",
-                f"this API token's {scope!r} scope is bound to another client or environment",
+                f"this API token's {str(scope)!r} scope is bound to another client or environment",
             )
 
 

@@ -272,9 +272,9 @@ def _fleet_table(agents: list[dict[str, Any]], rollout: dict[str, Any] | None) -
 def _flush_prefect_logs() -> None:
     """Send the flow's buffered logs to the Prefect server before it is stopped."""
     try:
-        from prefect.logging.handlers import APILogHandler
+        from prefect.logging.handlers import APILogWorker
 
-        APILogHandler.flush()
+        APILogWorker.drain_all(timeout=5)
     except Exception:  # logs are a convenience here; the run itself is recorded
         return
 

@@ -35,6 +35,7 @@ from prefect.artifacts import (
     create_table_artifact,
     update_progress_artifact,
 )
+from prefect.cache_policies import NO_CACHE
 
 from flows.console_client import ConsoleApiError, ConsoleClient
 from flows.helm import HelmCli, HelmRelease, HelmUpgrader, RenderApply, UpgradeResult
@@ -465,7 +466,7 @@ def _serialize(api: Any, obj: Any) -> dict[str, Any]:
     return data
 
 
-@task(name="read-cluster", retries=2, retry_delay_seconds=2)
+@task(name="read-cluster", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
 def read_cluster(
     target: KubeTarget, namespace: str, release: str, daemonset: str | None
 ) -> ClusterFacts:
@@ -498,7 +499,7 @@ def read_cluster(
     )
 
 
-@task(name="read-console-records", retries=2, retry_delay_seconds=2)
+@task(name="read-console-records", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
 def read_records() -> list[dict[str, Any]]:
     """The host and node-monitor records of the token's environment."""
     with ConsoleClient(FlowSettings()) as console:
@@ -508,7 +509,7 @@ def read_records() -> list[dict[str, Any]]:
         ]
 
 
-@task(name="helm-upgrade")
+@task(name="helm-upgrade", cache_policy=NO_CACHE)
 def helm_upgrade(
     mode: str,
     release: HelmRelease,
@@ -546,7 +547,7 @@ def _progress_text(states: Mapping[str, Verdict], total: int) -> str:
     return text[:2000]
 
 
-@task(name="wait-for-nodes")
+@task(name="wait-for-nodes", cache_policy=NO_CACHE)
 def wait_for_nodes(
     rows: list[MigrationRow],
     before: dict[str, dict[str, Any]],
@@ -556,7 +557,11 @@ def wait_for_nodes(
     require_new_instance: bool,
 ) -> list[dict[str, str]]:
     """One loop for every node (never a task per node): read the node-monitor records, judge
-    each node, release the records that need it, move the progress artifact as nodes finish."""
+    each node, release the records that need it, move the progress artifact as nodes finish.
+
+    Gives up on the nodes still waiting once ``timeout_seconds`` pass with no node finishing:
+    the DaemonSet rolls node by node, so a deadline for the whole cluster would depend on its
+    size."""
     log = get_run_logger()
     progress = create_progress_artifact(
         0.0, key="hostdatadir-migration-progress", description="waiting for the nodes"
@@ -565,7 +570,7 @@ def wait_for_nodes(
     by_node = {str(row.node): row for row in rows}
     states: dict[str, Verdict] = {}
     released: set[str] = set()
-    deadline = time.monotonic() + timeout_seconds
+    last_progress = time.monotonic()
     with ConsoleClient(FlowSettings()) as console:
         while True:
             records = _by_name(console.agents(agent_type=NODE_MONITOR_TYPE), NODE_MONITOR_TYPE)
@@ -596,13 +601,18 @@ def wait_for_nodes(
                             if exc.reason == "agent_recently_seen"
                             else NodeState.FAILED
                         )
-                        verdict = Verdict(state, f"release: {exc.reason}: {exc.message}")
-                if states.get(node) != verdict:
+                        verdict = Verdict(
+                            state, f"release: {exc.reason}: {exc.message}", record=verdict.record
+                        )
+                previous = states.get(node)
+                if previous != verdict:
                     log.info("%s: %s", node, verdict.detail)
-                    changed = changed or states.get(node, verdict).state != verdict.state
+                    changed = changed or previous is None or previous.state != verdict.state
                     states[node] = verdict
+                    if verdict.state.final:
+                        last_progress = time.monotonic()
             finished = sum(1 for v in states.values() if v.state.final)
-            if changed or finished == len(by_node):
+            if changed:
                 update_progress_artifact(
                     progress,
                     100.0 * finished / max(len(by_node), 1),
@@ -610,12 +620,12 @@ def wait_for_nodes(
                 )
             if finished == len(by_node):
                 break
-            if time.monotonic() > deadline:
+            if time.monotonic() - last_progress > timeout_seconds:
                 for node, v in states.items():
                     if not v.state.final:
                         states[node] = Verdict(
                             NodeState.TIMED_OUT,
-                            f"after {timeout_seconds:g} s: {v.detail}",
+                            f"no node finished for {timeout_seconds:g} s; last: {v.detail}",
                             record=v.record,
                         )
                 update_progress_artifact(
@@ -651,6 +661,11 @@ def _plan_description(
         text += f"; not run on by the DaemonSet (left out): {', '.join(cluster.skipped)}"
     if cluster.data_path == new_dir:
         text += "; already on the new directory: an apply waits for the nodes and verifies"
+    hosts = [str(row.node) for row in plan.rows if row.host_agent_running]
+    if new_dir == DEFAULT_DATA_DIR and hosts:
+        text += f"; {new_dir} is the host agents' directory: an apply refuses"
+    if plan.blocked:
+        text += f"; blocked (an apply refuses): {', '.join(str(r.node) for r in plan.blocked)}"
     return text
 
 
@@ -668,7 +683,7 @@ def hostdatadir_migration(
     kubeconfig: str | None = None,
     kube_context: str | None = None,
     quiet_window_seconds: float = 300,
-    timeout_seconds: float = 1800,
+    timeout_seconds: float = 900,
     poll_seconds: float = 5,
 ) -> dict[str, Any]:
     """Move the node agent's hostDataDir (dry-run by default: the plan only).
@@ -676,7 +691,9 @@ def hostdatadir_migration(
     ``helm_mode``: ``helm`` runs ``helm upgrade --install … --reuse-values --set
     nodeAgent.hostDataDir=…``; ``render-apply`` renders it with ``helm template`` from
     ``values_files`` (the release's values) and writes the DaemonSet through the Kubernetes API.
-    ``quiet_window_seconds`` must match the Console's PROXIMA_IDENTITY_QUIET_SECONDS."""
+    ``quiet_window_seconds`` is the Console's PROXIMA_IDENTITY_QUIET_SECONDS (a shorter one only
+    makes releases retry). ``timeout_seconds``: give up on the nodes still waiting once no node
+    has finished for this long."""
     log = get_run_logger()
     new_dir = posixpath.normpath(new_host_data_dir)
     if not new_dir.startswith("/"):
@@ -707,6 +724,12 @@ def hostdatadir_migration(
     moving = cluster.data_path != new_dir
     if moving and plan.blocked:
         raise MigrationBlockedError(plan.blocked)
+    hosts = [str(row.node) for row in plan.rows if row.host_agent_running]
+    if new_dir == DEFAULT_DATA_DIR and hosts:
+        raise ValueError(
+            f"{new_dir} is the host agent's data directory, and host agents run on "
+            f"{', '.join(hosts)}: two agents must never share a data directory"
+        )
     if moving:
         upgrade = helm_upgrade(
             helm_mode,

@@ -75,8 +75,15 @@ def ensure_postgres() -> bool:
     return bool(list(Path("/usr/lib/postgresql").glob("*/bin/initdb")))
 
 
+def ensure_chromium() -> None:
+    """Debian's Chromium for the web UI tests (Playwright drives it; it never downloads one)."""
+    if not Path("/usr/bin/chromium").exists():
+        apt_install("chromium")
+
+
 def test(pytest_args: list[str]) -> int:
     setup()
+    ensure_chromium()
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     if ensure_postgres():
         env["PROXIMA_REQUIRE_POSTGRES"] = "1"

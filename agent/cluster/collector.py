@@ -138,14 +138,19 @@ class ClusterCollector:
     # -- one sync -------------------------------------------------------------------------
 
     def _ensure_api(self) -> ApiClient:
+        """The client and the reader (blocking). The reader is built here, not at the first sync:
+        the client's API classes import hundreds of model modules on first use (~1 s), which a
+        standby pays now rather than when it takes over."""
         if self._api is None:
             self._api = self._api_factory()
+        if self._reader is None:
+            self._reader = InventoryReader(self._api)
         return self._api
 
     def read(self, max_payload: int = DEFAULT_CHUNK_BYTES) -> tuple[Reading, list[bytes]]:
         """Relist and encode (blocking): the reading and its chunks under ``max_payload``."""
-        if self._reader is None:
-            self._reader = InventoryReader(self._ensure_api())
+        self._ensure_api()
+        assert self._reader is not None
         reading = self._reader.read(self.config)
         chunks = encode_chunks(reading.snapshot, uuid.uuid4().hex, max_payload)
         return reading, chunks
@@ -181,17 +186,9 @@ class ClusterCollector:
             )
             self._wake.set()
         else:
-            api = await self._client_for_election()
+            lock = await self._lease_lock()
             self.elector = LeaseElector(
-                LeaseLock(
-                    api,
-                    self.lease_name,
-                    self.namespace,
-                    timeout=max(0.5, self.timing.renew_deadline / 2),
-                ),
-                self.identity,
-                timing=self.timing,
-                on_change=self._on_leadership,
+                lock, self.identity, timing=self.timing, on_change=self._on_leadership
             )
             elector_task = asyncio.create_task(self.elector.run(), name="leader election")
         try:
@@ -208,10 +205,20 @@ class ClusterCollector:
                 with contextlib.suppress(Exception):
                     self._api.close()  # type: ignore[no-untyped-call]
 
-    async def _client_for_election(self) -> ApiClient:
+    def _make_lock(self) -> LeaseLock:
+        return LeaseLock(
+            self._ensure_api(),
+            self.lease_name,
+            self.namespace,
+            timeout=max(0.5, self.timing.renew_deadline / 2),
+        )
+
+    async def _lease_lock(self) -> LeaseLock:
+        """The Lease, through a client built in a worker thread (loading a kubeconfig or the
+        ServiceAccount mount, and the client's modules, blocks); retried until it can be."""
         while True:
             try:
-                return await asyncio.to_thread(self._ensure_api)
+                return await asyncio.to_thread(self._make_lock)
             except ClientConfigError as e:
                 self._api_problems.failed(
                     f"config {e.detail}",

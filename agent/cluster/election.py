@@ -313,11 +313,14 @@ class LeaseElector:
             format_duration(t.retry_period),
         )
         while True:
+            # The renewal counts from before the request, as client-go counts it: the write
+            # happened after this, so our deadline never outlasts what the standbys see.
+            began = self._clock()
             attempt = await self._attempt()
             now = self._clock()
             if attempt.ok:
                 self._problems.recovered("%s readable again", self.where)
-                self._renewed_at = now
+                self._renewed_at = began
                 if self.state is not ElectionState.LEADING:
                     self.state = ElectionState.LEADING
                     log.info("became the leader on %s: collecting inventory", self.where)

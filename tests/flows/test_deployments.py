@@ -58,3 +58,44 @@ def test_prefect_deploy_all_creates_every_deployment_with_enforced_schemas(prefe
         assert dep.parameter_openapi_schema["properties"], name
     assert deployments["fleet-audit"].schedules, "the audit runs on a schedule"
     assert "rollout_id" in deployments["fleet-rollout"].parameter_openapi_schema["required"]
+
+
+def test_a_rollout_created_through_the_console_starts_the_fleet_rollout_deployment(
+    prefect_api_url, flow_console
+):
+    """API-triggered: the Console records the rollout and creates a flow run of the deployment
+    (a worker would pick it up; here we read it back from Prefect)."""
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": prefect_api_url,
+        "PROXIMA_HOME": str(ROOT),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
+    assert (
+        _prefect(
+            "work-pool", "create", "proxima-process", "--type", "process", "--overwrite", env=env
+        ).returncode
+        == 0
+    )
+    assert _prefect("deploy", "--all", "--no-prompt", env=env).returncode == 0
+    artifact = {
+        "version": "0.9.0",
+        "url": "http://127.0.0.1:1/a.pyz",
+        "sha256": "0" * 64,
+        "signature": "s" * 86,
+    }
+    with flow_console.client() as c:
+        r = c.post("/api/v1/fleet/rollouts", json={"name": "api", "artifact": artifact})
+    assert r.status_code == 201, r.text
+    flow_run_id = r.json()["flow_run_id"]
+    assert flow_run_id, r.json()["state_reason"]
+
+    async def read():
+        from prefect.client.orchestration import get_client
+
+        async with get_client() as client:
+            return await client.read_flow_run(flow_run_id)
+
+    run = asyncio.run(read())
+    assert run.parameters == {"rollout_id": r.json()["id"]}
+    assert run.deployment_id is not None

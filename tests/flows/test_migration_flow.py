@@ -12,6 +12,7 @@ import pytest
 
 from flows.helm import HelmCli, HelmRelease
 from flows.migration import (
+    MigrationBlockedError,
     NodeState,
     data_host_path,
     hostdatadir_migration,
@@ -35,6 +36,7 @@ from tests.flows.migration_harness import (
     rendered_daemonset,
 )
 from tests.support.agents import AgentProcess
+from tests.support.console import Identity
 from tests.support.kube import KubeApiDouble, objects
 from tests.support.waiting import wait_for
 
@@ -348,3 +350,38 @@ def test_helm_upgrade_reuses_the_release_values_and_sets_only_the_new_directory(
         "--kubeconfig",
         "/kc",
     ]
+
+
+async def test_an_apply_with_a_revoked_record_on_a_node_changes_nothing(
+    migration_console, tmp_path: Path
+):
+    """A revoked record holds worker-1's name: release refuses it, so the move could never
+    finish there. The apply stops before helm and says what to do."""
+    console = migration_console
+    token = console.install_token()
+    holder = Identity(name="worker-1", agent_type=NODE_MONITOR)
+    revoked_id = holder.enroll(console, token).json()["agent_id"]
+    with console.client() as c:
+        c.post(f"/api/v1/fleet/agents/{revoked_id}/revoke").raise_for_status()
+    helm = helm_binary()
+    values = chart_values(tmp_path / "values.yaml", backend_url=console.url)
+    with KubeApiDouble() as kube:
+        kube.put(objects.node("worker-1"), objects.node("worker-2", index=1))
+        kube.apply_manifests(helm_template(helm, values, tmp_path / "home"), namespace=NAMESPACE)
+        kwargs: dict[str, Any] = {
+            "dry_run": False,
+            "chart": str(CHART),
+            "helm_mode": "render-apply",
+            "helm_binary": helm,
+            "values_files": [str(values)],
+            "kubeconfig": str(kube.write_kubeconfig(tmp_path / "kubeconfig")),
+            "quiet_window_seconds": QUIET,
+        }
+        with pytest.raises(MigrationBlockedError) as blocked:
+            await asyncio.to_thread(hostdatadir_migration, **kwargs)
+        assert [row.node for row in blocked.value.rows] == ["worker-1"]
+        assert "revoked" in str(blocked.value)
+        assert data_path_of(kube.get("daemonsets.apps", DAEMONSET, NAMESPACE)) == DEFAULT_DIR
+        dry = await asyncio.to_thread(hostdatadir_migration, **{**kwargs, "dry_run": True})
+        assert dry["classes"] == {"worker-1": "needs_release", "worker-2": "fresh"}
+        assert dry["plan"][0]["why"].split(", ")[0] == "revoked"

@@ -20,8 +20,12 @@ import pytest
 from tests.conftest import QUIET_SECONDS
 from tests.support.agents import AgentProcess
 from tests.support.console import ConsoleProcess
+from tests.support.kube.fixtures import kube_api
 
-playwright_sync = pytest.importorskip("playwright.sync_api")
+if os.environ.get("CI") or os.environ.get("PROXIMA_REQUIRE_BROWSER") == "1":
+    import playwright.sync_api as playwright_sync  # CI must have it: fail loudly, never skip
+else:
+    playwright_sync = pytest.importorskip("playwright.sync_api")
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("PROXIMA_CHROMIUM", "/usr/bin/chromium"))
@@ -43,6 +47,8 @@ CHROMIUM_ARGS = [
 LAPTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 SCREENSHOTS_DOC = REPO / "docs" / "screenshots"
+__all__ = ["kube_api"]  # the Kubernetes API double, for the real cluster collector
+
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
