@@ -11,10 +11,11 @@ nothing else on leases. Every attempt reads the Lease, then
 
 The leader renews every ``retry_period``. It stops leading when no renewal succeeded for
 ``renew_deadline``, before the lease can expire for the others (``lease_duration``): there is
-never a moment with two leaders, provided ``renew_deadline < lease_duration``. A standby takes
-over between ``lease_duration - retry_period`` and ``lease_duration + retry_period`` after the
-leader's last renewal; a leader that stops cleanly releases the Lease, and a standby takes over
-within one ``retry_period``.
+never a moment with two leaders, provided ``renew_deadline < lease_duration``. A standby sees a
+renewal up to one (jittered) retry period late and notices the expiry up to one more late, so it
+takes over between ``lease_duration - retry_period`` and ``lease_duration + 2 x retry_period x
+1.2`` after the leader died; a leader that stops cleanly releases the Lease, and a standby takes
+over within one retry period.
 
 Blocking calls run in a worker thread (:func:`asyncio.to_thread`), so heartbeats and NATS never
 wait on the API server.
