@@ -84,7 +84,12 @@ def ensure_chromium() -> None:
 def test(pytest_args: list[str]) -> int:
     setup()
     ensure_chromium()
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    # The package index is reachable (setup just used it): run the self-contained build test too.
+    env = {
+        **os.environ,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PROXIMA_TEST_SELF_CONTAINED": "1",
+    }
     if ensure_postgres():
         env["PROXIMA_REQUIRE_POSTGRES"] = "1"
     else:
