@@ -285,3 +285,55 @@ async def test_the_enrollment_check_passes_on_a_healthy_cluster_and_names_what_i
     finally:
         await good.close()
         await silent.close()
+
+
+def test_the_enrollment_check_passes_with_a_real_cluster_collector_and_node_agents(
+    console_factory, prefect_api_url, monkeypatch, tmp_path
+):
+    """The flow against real agent processes: a k8s-cluster-collector reading the Kubernetes
+    API double, and k8s-node-monitor agents for its nodes."""
+    from flows.enrollment_check import enrollment_check
+    from tests.agent_k8s.k8s_testkit import cluster_agent, register_cluster
+    from tests.support.agents import AgentProcess
+
+    console = console_factory(name="ec-console", env={"PROXIMA_K8S_SYNC_INTERVAL": "0.5s"})
+    monkeypatch.setenv("PROXIMA_CONSOLE_URL", console.url)
+    monkeypatch.setenv("PROXIMA_CONSOLE_TOKEN", console.token)
+    started: list[AgentProcess] = []
+    with KubeApiDouble() as kube:
+        for n in ("node-a", "node-b"):
+            kube.put(objects.node(n))
+        kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+        slug, token = register_cluster(console, "Real Cluster")
+        try:
+            collector = cluster_agent(
+                tmp_path,
+                console,
+                kube.subprocess_env(kubeconfig),
+                token=token,
+                cluster_name="Real Cluster",
+            )
+            started.append(collector.start())
+            for n in ("node-a", "node-b"):
+                node = AgentProcess(
+                    name=n,
+                    data_dir=tmp_path / "nodes" / n,
+                    backend_url=console.url,
+                    install_token=token,
+                    agent_type="k8s-node-monitor",
+                    env={"PROXIMA_CLUSTER_SLUG": slug, "PROXIMA_HOST_METRICS": "false"},
+                )
+                started.append(node.start())
+            result = enrollment_check(
+                cluster_slug=slug,
+                deadline_seconds=60,
+                poll_seconds=0.3,
+                kubeconfig=str(kubeconfig),
+                check_nodes=True,
+            )
+        finally:
+            for agent in started:
+                agent.stop()
+    assert result["passed"], result["report"]
+    assert result["node_agents"] == result["nodes"] == 2
+    assert result["collector"] == collector.name
