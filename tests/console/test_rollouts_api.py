@@ -169,3 +169,26 @@ def test_rollouts_need_rollouts_write_on_the_environment(console):
     other = console.bootstrap(client="acme", environment="staging")["token"]
     with console.client(other) as c:
         assert c.post(f"/api/v1/fleet/rollouts/{r['id']}/abort", json={}).status_code == 403
+
+
+def test_a_console_restart_mid_rollout_loses_nothing_and_sends_nothing_twice(console, swarm):
+    s = swarm(4)
+    r = _create(console, waves={"canary_size": 2, "percentages": [100]})
+    _post(console, f"/{r['id']}/start", json={})
+    first = _post(console, f"/{r['id']}/waves/0/dispatch").json()
+    wait_for(lambda: _get(console, r["id"])["waves"][0]["done"], what="wave 0 results")
+    console.stop()
+    console.start()
+    again = _post(console, f"/{r['id']}/waves/0/dispatch").json()
+    assert (again["sent"], again["already_sent"]) == (0, first["sent"])
+    wait_for(
+        lambda: all(
+            a["status"] == "online"
+            for a in console.client().get("/api/v1/fleet/agents").json()["items"]
+        ),
+        what="agents back after the restart",
+    )
+    _post(console, f"/{r['id']}/waves/1/dispatch")
+    wait_for(lambda: _get(console, r["id"])["waves"][1]["done"], what="wave 1 results")
+    assert _post(console, f"/{r['id']}/complete").json()["state"] == "succeeded"
+    assert set(s.received_by().values()) == {1}
