@@ -66,3 +66,22 @@ def test_every_setting_is_documented():
         if f"PROXIMA_{n.upper()}" not in doc
     ]
     assert not missing, f"document these in docs/console.md: {missing}"
+
+
+def test_the_openapi_schema_is_served_and_documents_the_error_bodies(console):
+    import httpx
+
+    spec = httpx.get(f"{console.url}/openapi.json").json()
+    enroll = spec["paths"]["/api/v1/agents/enroll"]["post"]
+    assert {"201", "200", "409", "401"} <= set(enroll["responses"])
+    release = spec["paths"]["/api/v1/fleet/agents/{agent_id}/release-identity"]["post"]
+    assert release["responses"]["409"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/ErrorBody"
+    )
+    for path in (
+        "/api/v1/fleet/rollouts",
+        "/api/v1/clusters",
+        "/api/v1/install-tokens",
+        "/api/v1/audit/runs",
+    ):
+        assert path in spec["paths"], path

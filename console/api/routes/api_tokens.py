@@ -6,15 +6,15 @@ from fastapi import APIRouter, status
 from sqlmodel import col, select
 
 from console.api.deps import PrincipalDep, SessionDep
+from console.api.responses import errors
 from console.clock import utcnow
 from console.errors import ForbiddenError, NotFoundError
 from console.models import ApiToken
 from console.schemas import ApiTokenCreate, ApiTokenCreated, ApiTokenPublic, Scope, Whoami
 from console.secrets import API_TOKEN_PREFIX, display_prefix, new_token, token_hash
-from contracts.enrollment import ErrorBody
 
 router = APIRouter(prefix="/api/v1", tags=["api tokens"])
-_ERRORS: dict[int | str, dict[str, object]] = {401: {"model": ErrorBody}, 403: {"model": ErrorBody}}
+_ERRORS = errors(401, 403)
 
 
 def api_token_public(t: ApiToken) -> ApiTokenPublic:

@@ -16,20 +16,14 @@ from fastapi.responses import FileResponse
 from sqlmodel import Session, col, select
 
 from console.api.deps import PrincipalDep, RuntimeDep
+from console.api.responses import errors
 from console.errors import BadRequestError, NotFoundError
 from console.models import Artifact
 from console.schemas import Scope
-from contracts.enrollment import ErrorBody
 from contracts.rollouts import ArtifactRef
 
 router = APIRouter(prefix="/api/v1/artifacts", tags=["artifacts"])
-_ERRORS: dict[int | str, dict[str, object]] = {
-    400: {"model": ErrorBody},
-    401: {"model": ErrorBody},
-    403: {"model": ErrorBody},
-    404: {"model": ErrorBody},
-    413: {"model": ErrorBody},
-}
+_ERRORS = errors(400, 401, 403, 404, 413)
 
 
 def _ref(artifact: Artifact) -> ArtifactRef:

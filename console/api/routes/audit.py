@@ -7,18 +7,14 @@ from fastapi import APIRouter, Query, status
 from sqlmodel import Session, col, select
 
 from console.api.deps import PrincipalDep, RuntimeDep
+from console.api.responses import errors
 from console.errors import NotFoundError
 from console.models import AuditFinding, AuditRun
 from console.schemas import Scope
 from contracts.audit import AuditRunCreate, AuditRunPublic, Finding, Severity
-from contracts.enrollment import ErrorBody
 
 router = APIRouter(prefix="/api/v1/audit", tags=["audit"])
-_ERRORS: dict[int | str, dict[str, object]] = {
-    401: {"model": ErrorBody},
-    403: {"model": ErrorBody},
-    404: {"model": ErrorBody},
-}
+_ERRORS = errors(401, 403, 404)
 
 
 def _public(session: Session, run: AuditRun, with_findings: bool) -> AuditRunPublic:

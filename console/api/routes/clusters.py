@@ -7,18 +7,12 @@ from sqlmodel import Session, col, select
 
 from console import clusters as svc
 from console.api.deps import PrincipalDep, RuntimeDep
+from console.api.responses import errors
 from console.models import Cluster, ClusterInventory
 from console.schemas import Scope
-from contracts.enrollment import ErrorBody
 
 router = APIRouter(prefix="/api/v1/clusters", tags=["clusters"])
-_ERRORS: dict[int | str, dict[str, object]] = {
-    400: {"model": ErrorBody},
-    401: {"model": ErrorBody},
-    403: {"model": ErrorBody},
-    404: {"model": ErrorBody},
-    409: {"model": ErrorBody},
-}
+_ERRORS = errors(400, 401, 403, 404, 409)
 
 
 @router.post(

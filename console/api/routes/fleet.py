@@ -9,6 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlmodel import Session, col, select
 
 from console.api.deps import PrincipalDep, RuntimeDep, SessionDep
+from console.api.responses import errors
 from console.auth import Principal
 from console.clock import utcnow
 from console.errors import GatewayTimeoutError, NotFoundError
@@ -26,19 +27,13 @@ from console.schemas import (
 )
 from console.views import agent_detail, agent_public, refused_by_agent
 from contracts.agent_types import AgentType
-from contracts.enrollment import ErrorBody
 from contracts.messages import CommandKind
 
 T = TypeVar("T")
 
 router = APIRouter(prefix="/api/v1/fleet/agents", tags=["fleet"])
 
-_ERRORS: dict[int | str, dict[str, object]] = {
-    401: {"model": ErrorBody},
-    403: {"model": ErrorBody},
-    404: {"model": ErrorBody},
-    409: {"model": ErrorBody},
-}
+_ERRORS = errors(401, 403, 404, 409)
 
 
 def _load(session: Session, agent_id: str, principal: Principal, scope: str) -> Agent:
@@ -164,7 +159,7 @@ async def revoke_agent(agent_id: str, principal: PrincipalDep, runtime: RuntimeD
 @router.post(
     "/{agent_id}/rotate-credentials",
     response_model=RotationResult,
-    responses={**_ERRORS, 504: {"model": ErrorBody}},
+    responses=errors(401, 403, 404, 409, 504),
 )
 async def rotate_credentials(
     agent_id: str, principal: PrincipalDep, runtime: RuntimeDep

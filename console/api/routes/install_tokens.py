@@ -6,16 +6,16 @@ from fastapi import APIRouter, status
 from sqlmodel import col, select
 
 from console.api.deps import PrincipalDep, SessionDep
+from console.api.responses import errors
 from console.clock import utcnow
 from console.errors import NotFoundError
 from console.models import InstallToken
 from console.schemas import InstallTokenCreate, InstallTokenCreated, InstallTokenPublic, Scope
 from console.secrets import INSTALL_TOKEN_PREFIX, display_prefix, new_token, token_hash
 from console.views import install_token_public
-from contracts.enrollment import ErrorBody
 
 router = APIRouter(prefix="/api/v1/install-tokens", tags=["install tokens"])
-_ERRORS: dict[int | str, dict[str, object]] = {401: {"model": ErrorBody}, 403: {"model": ErrorBody}}
+_ERRORS = errors(401, 403)
 
 
 def create_install_token(

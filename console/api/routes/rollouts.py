@@ -12,12 +12,12 @@ from sqlmodel import Session, col, select
 
 from console import rollouts as svc
 from console.api.deps import PrincipalDep, RuntimeDep
+from console.api.responses import errors
 from console.auth import Principal
 from console.clock import utcnow
 from console.models import Rollout
 from console.prefect_api import PrefectApi, PrefectApiError
 from console.schemas import Scope
-from contracts.enrollment import ErrorBody
 from contracts.messages import CommandKind
 from contracts.rollouts import Decision, DispatchResult, RolloutCreate, RolloutPublic
 from rollout_policy import RolloutEvent
@@ -25,13 +25,7 @@ from rollout_policy import RolloutEvent
 log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/api/v1/fleet/rollouts", tags=["rollouts"])
-_ERRORS: dict[int | str, dict[str, object]] = {
-    400: {"model": ErrorBody},
-    401: {"model": ErrorBody},
-    403: {"model": ErrorBody},
-    404: {"model": ErrorBody},
-    409: {"model": ErrorBody},
-}
+_ERRORS = errors(400, 401, 403, 404, 409)
 
 
 def _load(session: Session, rollout_id: str, principal: Principal, scope: str) -> Rollout:
