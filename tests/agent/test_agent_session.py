@@ -161,7 +161,7 @@ async def test_a_revoked_key_is_reported_and_retried_until_allowed_again(
         nats_server.reload()
         await async_wait_until(lambda: ready(runtime), what="ready once allowed again")
     refused = [r for r in caplog.records if "nats authorization refused" in r.getMessage()]
-    assert 1 <= len(refused) <= 4, [r.getMessage() for r in refused]
+    assert 0 < len(refused) <= 4, [r.getMessage() for r in refused]
     assert "Authorization Violation" in refused[0].getMessage()
 
 

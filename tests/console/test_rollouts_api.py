@@ -3,29 +3,13 @@ tests/flows drives the same through the flow)."""
 
 import pytest
 
+from tests.support.rollouts import ARTIFACT, create_rollout
 from tests.support.swarm import Swarm
 from tests.support.waiting import wait_for
 
-ARTIFACT = {
-    "version": "0.9.0",
-    "url": "http://127.0.0.1:1/a.pyz",
-    "sha256": "0" * 64,
-    "signature": "s" * 86,
-}
-
 
 def _create(console, **over):
-    body = {
-        "name": "r",
-        "artifact": ARTIFACT,
-        "start_flow": False,
-        "waves": {"canary_size": 1, "percentages": [50, 100]},
-        **over,
-    }
-    with console.client() as c:
-        r = c.post("/api/v1/fleet/rollouts", json=body)
-        assert r.status_code == 201, r.text
-        return r.json()
+    return create_rollout(console, "r", **over)
 
 
 def _post(console, path, **kw):
