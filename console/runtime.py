@@ -222,11 +222,10 @@ class ConsoleRuntime:
             session.commit()
 
     async def send_command(self, agent_id: str, kind: CommandKind, args: dict[str, object]) -> str:
-        assert self.nc is not None
-        command = Command(command_id=uuid.uuid4().hex, kind=kind, issued_at=utcnow(), args=args)
-        await self.nc.publish(subjects.commands(agent_id), command.model_dump_json().encode())
-        await self.nc.flush()
-        return command.command_id
+        """One command with a fresh id (rollouts derive theirs: see ``send_commands``)."""
+        command_id = uuid.uuid4().hex
+        await self.send_commands([(agent_id, command_id)], kind, args)
+        return command_id
 
 
 def _log_cb(text: str):  # type: ignore[no-untyped-def]
