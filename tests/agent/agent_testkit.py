@@ -179,6 +179,7 @@ class NatsServer:
             )
         text = (
             f"listen: 127.0.0.1:{self.port}\n"
+            f"ports_file_dir: {json.dumps(str(self.workdir))}\n"
             "authorization {\n  users = [\n    " + "\n    ".join(users) + "\n  ]\n}\n"
         )
         self.config_path.write_text(text)
@@ -190,20 +191,27 @@ class NatsServer:
         self.agents.pop(public_key, None)
 
     def start(self) -> None:
-        self._write_config()
-        self.process = subprocess.Popen(
-            [str(NATS_SERVER), "-c", str(self.config_path)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_until(self._listening, 10, f"nats-server on port {self.port}")
+        """Start on ``port``; when another process took that free port first (the server then
+        exits), pick another. Ready means *this* server wrote its ports file: a socket that
+        answers on the port could belong to someone else."""
+        for _attempt in range(5):
+            self._write_config()
+            self.process = subprocess.Popen(
+                [str(NATS_SERVER), "-c", str(self.config_path)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            if wait_until(self._listening, 10, f"nats-server on port {self.port}") == "ours":
+                return
+            self.port = free_port()
+        raise AssertionError("nats-server could not bind a free port in 5 attempts")
 
-    def _listening(self) -> bool:
-        if self.process is not None and self.process.poll() is not None:
-            raise AssertionError(f"nats-server exited with {self.process.returncode}")
-        with socket.socket() as s:
-            s.settimeout(0.2)
-            return s.connect_ex(("127.0.0.1", self.port)) == 0
+    def _listening(self) -> str | None:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            return "lost"  # the port was taken before it bound: try another
+        ports = self.workdir / f"{NATS_SERVER.name}_{self.process.pid}.ports"
+        return "ours" if ports.exists() else None
 
     def reload(self) -> None:
         """Apply the users now in ``agents``: the server cuts connections of removed keys."""
