@@ -122,8 +122,15 @@ def test_a_missing_result_becomes_timed_out_after_the_wave_timeout(console, swar
     )
     _post(console, f"/{r['id']}/start", json={})
     _post(console, f"/{r['id']}/waves/0/dispatch")
+    # A read may see the abort before the targets it stands on (targets are read first, then
+    # the state): wait for both.
     final = wait_for(
-        lambda: (x := _get(console, r["id"]))["state"] == "aborted" and x, what="abort on timeouts"
+        lambda: (
+            (x := _get(console, r["id"]))["state"] == "aborted"
+            and x["counts"]["timed_out"] == 2
+            and x
+        ),
+        what="abort on timeouts",
     )
     assert final["counts"]["timed_out"] == 2
     assert final["threshold"]["action"] == "abort"
