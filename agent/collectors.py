@@ -105,7 +105,7 @@ def default_collectors(settings: AgentSettings, state: AgentState) -> list[Colle
         return node_collectors(settings, state)
     collectors: list[Collector] = []
     if settings.host_metrics and state.agent_type is AgentType.HOST:
-        from agent.host import HostMetricsCollector
+        from agent.host_metrics import HostMetricsCollector
 
         collectors.append(
             HostMetricsCollector(

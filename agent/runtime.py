@@ -54,7 +54,7 @@ from agent.handover import (
 )
 from agent.health import HealthServer, Readiness
 from agent.heartbeat import HeartbeatInfo, heartbeat_loop
-from agent.host import use_host_procfs
+from agent.host_metrics import use_host_procfs
 from agent.program import ProgramFiles, running_program, self_update_blocker
 from agent.session import NatsSession, ReconnectPolicy
 from agent.settings import AgentSettings, setting_label

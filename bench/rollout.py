@@ -150,8 +150,8 @@ def halt(console: ConsoleProcess, swarm: Swarm) -> None:
 def _stall_latency(console: ConsoleProcess, rollout_id: str, first_sent: float) -> float:
     import sqlalchemy as sa
 
-    from console.db import make_engine
-    from console.settings import ConsoleSettings
+    from console.core.db import make_engine
+    from console.core.settings import ConsoleSettings
 
     url = ConsoleSettings(data_dir=console.data_dir).resolved_database_url()
     engine = make_engine(url)

@@ -23,9 +23,9 @@ from console.api.routes import (
     install_tokens,
     rollouts,
 )
+from console.core.settings import ConsoleSettings
 from console.errors import ConsoleError
 from console.runtime import ConsoleRuntime
-from console.settings import ConsoleSettings
 from console.web import mount as mount_web
 from contracts import VERSION
 

@@ -11,10 +11,10 @@ from datetime import datetime
 
 from sqlmodel import Session, select
 
-from console.clock import utcnow
+from console.core.clock import utcnow
+from console.core.secrets import token_hash
 from console.errors import ForbiddenError, UnauthorizedError
 from console.models import ApiToken
-from console.secrets import token_hash
 
 
 @dataclass(frozen=True, slots=True)

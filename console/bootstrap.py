@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from sqlmodel import Session, select
 
+from console.core.secrets import API_TOKEN_PREFIX, display_prefix, new_token, token_hash
 from console.models import ApiToken, Client, Environment
 from console.schemas import ALL_SCOPES
-from console.secrets import API_TOKEN_PREFIX, display_prefix, new_token, token_hash
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlmodel import Session
 
-from console.settings import ConsoleSettings
+from console.core.settings import ConsoleSettings
 
 app = typer.Typer(
     help="The Proxima Console backend. Settings are PROXIMA_* environment variables "
@@ -43,7 +43,7 @@ def serve(
     import uvicorn
 
     from console.app import create_app
-    from console.logs import configure
+    from console.core.logs import configure
 
     settings = _settings(host=host, port=port)
     configure(settings.log_level, settings.log_format)
@@ -62,7 +62,7 @@ def serve(
 @app.command()
 def migrate() -> None:
     """Apply database migrations up to the newest revision."""
-    from console.db import migrate as run
+    from console.core.db import migrate as run
 
     settings = _settings()
     try:
@@ -84,8 +84,8 @@ def bootstrap(
 ) -> None:
     """Create a client, an environment and an admin API token (applying migrations first)."""
     from console.bootstrap import bootstrap as run
-    from console.db import make_engine
-    from console.db import migrate as run_migrations
+    from console.core.db import make_engine
+    from console.core.db import migrate as run_migrations
 
     settings = _settings()
     url = settings.resolved_database_url()

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 from sqlmodel import Session, col, select
 
-from console.clock import utcnow
+from console.core.clock import utcnow
 from console.errors import BadRequestError, ConflictError, NotFoundError
 from console.models import Agent, Cluster, ClusterInventory, InstallToken
 from contracts import parse_duration

@@ -24,11 +24,11 @@ from datetime import datetime, timedelta
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from console.clock import utcnow
+from console.core.clock import utcnow
+from console.core.secrets import evidence_hash, token_hash
+from console.core.signatures import SignatureError, verify
 from console.errors import BadRequestError, ConflictError, UnauthorizedError
 from console.models import Agent, AgentEvent, AgentEvidence, InstallToken, NatsRevocation
-from console.secrets import evidence_hash, token_hash
-from console.signatures import SignatureError, verify
 from contracts.enrollment import ConflictReason, EnrollRequest, IdentitySignals, enrollment_message
 
 

@@ -7,11 +7,11 @@ from datetime import datetime, timedelta
 
 from sqlmodel import Session, select
 
-from console.clock import utcnow
+from console.core.clock import utcnow
+from console.core.signatures import SignatureError, verify
 from console.enrollment import add_event, record_evidence, revoke_key, seen_at
 from console.errors import BadRequestError, ConflictError, NotFoundError, UnauthorizedError
 from console.models import Agent, CredentialRotation
-from console.signatures import SignatureError, verify
 from contracts.enrollment import ReleaseRefusal, RotationProof, rotation_message
 
 

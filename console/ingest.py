@@ -28,10 +28,10 @@ from sqlalchemy import bindparam, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from console.clock import utcnow
 from console.clusters import record_inventory
+from console.core.clock import utcnow
 from console.models import Agent, AgentEvent, NatsRevocation
-from console.nats_jwt import decode_claims
+from console.nats.jwt import decode_claims
 from console.rollouts import record_results
 from contracts import subjects
 from contracts.inventory import (

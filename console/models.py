@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import JSON, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from console.clock import utcnow
+from console.core.clock import utcnow
 
 
 def new_id() -> str:

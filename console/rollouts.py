@@ -1,6 +1,6 @@
 """Rollouts in the Console: records, idempotent dispatch, results, timeouts, the threshold.
 
-Decisions come from ``rollout_policy``; this module only stores them and enforces them:
+Decisions come from ``fleet_policy``; this module only stores them and enforces them:
 
 - the wave plan and exclusions are decided once, at creation, and stored;
 - a command is sent at most once per (rollout, agent): its id is derived from the pair, the
@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
-from console.clock import utcnow
+from console.core.clock import utcnow
 from console.errors import BadRequestError, ConflictError, NotFoundError
 from console.models import Agent, Rollout, RolloutTarget
 from contracts.messages import CommandResult, CommandStatus
@@ -37,7 +37,7 @@ from contracts.rollouts import (
     TargetStatus,
     WavePublic,
 )
-from rollout_policy import (
+from fleet_policy import (
     AgentId,
     AgentSnapshot,
     EnvironmentId,
@@ -57,7 +57,7 @@ from rollout_policy import (
     evaluate_thresholds,
     parse_version_range,
 )
-from rollout_policy.waves import FactorGrowth, PercentGrowth, WavePolicy, plan_waves
+from fleet_policy.waves import FactorGrowth, PercentGrowth, WavePolicy, plan_waves
 
 log = logging.getLogger(__name__)
 

@@ -17,15 +17,15 @@ from nats.aio.client import Client as NatsClient
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from console.clock import utcnow
-from console.db import make_engine, migrate
+from console.core.clock import utcnow
+from console.core.db import make_engine, migrate
+from console.core.settings import ConsoleSettings
 from console.ingest import Ingester
 from console.models import NatsRevocation
-from console.nats_authorization import NatsAuthorizer
-from console.nats_jwt import NatsAuthority
-from console.nats_server import EmbeddedNats, MonitoredReloader
+from console.nats.authorization import NatsAuthorizer
+from console.nats.jwt import NatsAuthority
+from console.nats.server import EmbeddedNats, MonitoredReloader
 from console.rollouts import expire_overdue
-from console.settings import ConsoleSettings
 from contracts import subjects
 from contracts.messages import Command, CommandKind
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from console.clock import utcnow
+from console.core.clock import utcnow
 from console.models import Agent, AgentEvent, AgentEvidence, InstallToken, NatsRevocation
 from console.schemas import (
     AgentDetail,

@@ -3,7 +3,7 @@
 The seed's "Changing hostDataDir on a live cluster is not always safe", automated. Dry-run by
 default. See ``docs/hostdatadir-migration.md``.
 
-1. **Plan** (pure, :func:`rollout_policy.plan_hostdatadir_migration`): every node the DaemonSet
+1. **Plan** (pure, :func:`fleet_policy.plan_hostdatadir_migration`): every node the DaemonSet
    runs on, the Console records under its name, whether a host agent runs there and whether the
    DaemonSet's pods can read the host identity (read from the live DaemonSet's mounts). Each node
    is classed (host agent present / re-bind possible / needs release, with the reason / fresh);
@@ -37,11 +37,7 @@ from prefect.artifacts import (
 )
 from prefect.cache_policies import NO_CACHE
 
-from flows.console_client import ConsoleApiError, ConsoleClient
-from flows.helm import HelmCli, HelmRelease, HelmUpgrader, RenderApply, UpgradeResult
-from flows.kube import KubeTarget, api_client
-from flows.settings import FlowSettings
-from rollout_policy import (
+from fleet_policy import (
     NODE_MONITOR_TYPE,
     AgentId,
     AgentRecord,
@@ -52,6 +48,10 @@ from rollout_policy import (
     NodeName,
     plan_hostdatadir_migration,
 )
+from flows.console_client import ConsoleApiError, ConsoleClient
+from flows.helm import HelmCli, HelmRelease, HelmUpgrader, RenderApply, UpgradeResult
+from flows.kube import KubeTarget, api_client
+from flows.settings import FlowSettings
 
 __all__ = [
     "ClusterFacts",

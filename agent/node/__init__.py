@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from agent.collectors import Collector
-from agent.host import HostMetricsCollector
+from agent.host_metrics import HostMetricsCollector
 from agent.node.kubelet import KubeletClient, KubeletConfig, KubeletError, KubeletProblem
 from agent.node.metrics import NodeMetricsCollector
 from agent.settings import AgentSettings

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Sequence
 
 from agent.collectors import Publication
-from agent.host import HostMetricsCollector
+from agent.host_metrics import HostMetricsCollector
 from agent.node.kubelet import KubeletClient, KubeletError, summarize
 from agent.problems import ProblemLog
 from contracts import subjects

@@ -18,7 +18,7 @@ from datetime import datetime
 from pydantic import BaseModel
 from sqlmodel import Session, col, select
 
-from console.clock import utcnow
+from console.core.clock import utcnow
 from console.models import Agent, Cluster, InstallToken
 from console.views import install_token_state
 from contracts.agent_types import AgentType

@@ -82,7 +82,7 @@ class NatsObserver:
     Console's NATS authority signs (subscribe-only), in a thread with its own event loop."""
 
     def __init__(self, console: ConsoleProcess) -> None:
-        from console.nats_jwt import NatsAuthority
+        from console.nats.jwt import NatsAuthority
 
         seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
         public = nkeys.from_seed(bytearray(seed)).public_key.decode()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.host import HostMetricsCollector
+from agent.host_metrics import HostMetricsCollector
 from agent.node import KubeletClient, KubeletConfig, KubeletProblem, NodeMetricsCollector
 from agent.node.kubelet import RBAC_FIX, KubeletError, summarize
 from tests.agent_k8s.k8s_testkit import (

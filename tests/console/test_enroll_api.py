@@ -229,6 +229,6 @@ def test_install_tokens_are_shown_once_and_stored_hashed(console):
         listed = c.get("/api/v1/install-tokens").json()
     assert all("token" not in t for t in listed)
     assert listed[0]["prefix"] == raw[:10]
-    db = console.data_dir / "console.db"
+    db = console.data_dir / "console.core.db"
     if db.exists():
         assert raw.encode() not in db.read_bytes()

@@ -224,7 +224,7 @@ async def test_a_jwt_not_signed_by_the_fleet_account_is_refused(console):
 
     import nkeys
 
-    from console.nats_jwt import encode_jwt
+    from console.nats.jwt import encode_jwt
 
     ident = Identity(name="forger")
     rogue = nkeys.from_seed(nkeys.encode_seed(_os.urandom(32), nkeys.PREFIX_BYTE_ACCOUNT))

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from rollout_policy import AgentId
-from rollout_policy.waves import PercentGrowth, WavePolicy, plan_waves
+from fleet_policy import AgentId
+from fleet_policy.waves import PercentGrowth, WavePolicy, plan_waves
 from tests.support.agents import AgentProcess
 from tests.support.waiting import wait_for
 

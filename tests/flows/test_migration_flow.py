@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from fleet_policy import AgentId, MigrationRow, NodeClass, NodeName
 from flows.helm import HelmCli, HelmRelease
 from flows.migration import (
     MigrationBlockedError,
@@ -20,7 +21,6 @@ from flows.migration import (
     readable_host_identity,
     runs_on,
 )
-from rollout_policy import AgentId, MigrationRow, NodeClass, NodeName
 from tests.flows.migration_harness import (
     CHART,
     DAEMONSET,

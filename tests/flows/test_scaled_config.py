@@ -39,7 +39,7 @@ def test_the_scaled_prefect_yaml_uses_a_real_kubernetes_work_pool_for_every_flow
 
 
 def test_the_scaled_console_settings_are_real_settings():
-    from console.settings import ConsoleSettings
+    from console.core.settings import ConsoleSettings
 
     fields = {f"PROXIMA_{n.upper()}" for n in ConsoleSettings.model_fields}
     for line in (ROOT / "deploy/scaled/console.env").read_text().splitlines():

@@ -64,8 +64,8 @@ class ConsoleProcess:
         from sqlmodel import Session
 
         from console.bootstrap import bootstrap
-        from console.db import make_engine, migrate
-        from console.settings import ConsoleSettings
+        from console.core.db import make_engine, migrate
+        from console.core.settings import ConsoleSettings
 
         url = (
             self.env.get("PROXIMA_DATABASE_URL")

@@ -7,11 +7,11 @@ from sqlmodel import col, select
 
 from console.api.deps import PrincipalDep, SessionDep
 from console.api.responses import errors
-from console.clock import utcnow
+from console.core.clock import utcnow
+from console.core.secrets import API_TOKEN_PREFIX, display_prefix, new_token, token_hash
 from console.errors import ForbiddenError, NotFoundError
 from console.models import ApiToken
 from console.schemas import ApiTokenCreate, ApiTokenCreated, ApiTokenPublic, Scope, Whoami
-from console.secrets import API_TOKEN_PREFIX, display_prefix, new_token, token_hash
 
 router = APIRouter(prefix="/api/v1", tags=["api tokens"])
 _ERRORS = errors(401, 403)

@@ -8,12 +8,12 @@ from prometheus_client import Histogram
 from sqlmodel import Session
 
 from console.api.deps import RuntimeDep
-from console.clock import utcnow
+from console.core.clock import utcnow
+from console.core.signatures import SignatureError, verify
 from console.enrollment import EnrollmentConflictError, EnrollOutcome, enroll
 from console.errors import BadRequestError, UnauthorizedError
 from console.identities import complete_rotation
 from console.models import Agent
-from console.signatures import SignatureError, verify
 from contracts.agent_types import AgentType
 from contracts.enrollment import (
     EnrollRequest,

@@ -11,7 +11,7 @@ from sqlmodel import Session, col, select
 from console.api.deps import PrincipalDep, RuntimeDep, SessionDep
 from console.api.responses import errors
 from console.auth import Principal
-from console.clock import utcnow
+from console.core.clock import utcnow
 from console.errors import GatewayTimeoutError, NotFoundError
 from console.identities import release_identity, revoke, start_rotation
 from console.models import Agent, AgentEvidence, CredentialRotation

@@ -7,11 +7,11 @@ from sqlmodel import col, select
 
 from console.api.deps import PrincipalDep, SessionDep
 from console.api.responses import errors
-from console.clock import utcnow
+from console.core.clock import utcnow
+from console.core.secrets import INSTALL_TOKEN_PREFIX, display_prefix, new_token, token_hash
 from console.errors import NotFoundError
 from console.models import InstallToken
 from console.schemas import InstallTokenCreate, InstallTokenCreated, InstallTokenPublic, Scope
-from console.secrets import INSTALL_TOKEN_PREFIX, display_prefix, new_token, token_hash
 from console.views import install_token_public
 
 router = APIRouter(prefix="/api/v1/install-tokens", tags=["install tokens"])

@@ -14,13 +14,13 @@ from console import rollouts as svc
 from console.api.deps import PrincipalDep, RuntimeDep
 from console.api.responses import errors
 from console.auth import Principal
-from console.clock import utcnow
+from console.core.clock import utcnow
 from console.models import Rollout
 from console.prefect_api import PrefectApi, PrefectApiError
 from console.schemas import Scope
 from contracts.messages import CommandKind
 from contracts.rollouts import Decision, DispatchResult, RolloutCreate, RolloutPublic
-from rollout_policy import RolloutEvent
+from fleet_policy import RolloutEvent
 
 log = logging.getLogger(__name__)
 

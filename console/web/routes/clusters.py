@@ -15,7 +15,7 @@ from console import clusters as svc
 from console.api.deps import RuntimeDep
 from console.api.routes import clusters as clusters_api
 from console.api.routes import install_tokens as install_tokens_api
-from console.clock import utcnow
+from console.core.clock import utcnow
 from console.errors import BadRequestError, ConflictError
 from console.runtime import ConsoleRuntime
 from console.schemas import InstallTokenCreate, Scope

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
 
-from rollout_policy.errors import ThresholdPolicyError
-from rollout_policy.states import RolloutEvent
+from fleet_policy.errors import ThresholdPolicyError
+from fleet_policy.states import RolloutEvent
 
 
 class Outcome(StrEnum):

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from prometheus_client import Histogram
 
-from console.nats_jwt import NatsAuthority
+from console.nats.jwt import NatsAuthority
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ class ConsoleSettings(BaseSettings):
     )
     database_url: str | None = Field(
         default=None,
-        description="SQLAlchemy URL; default sqlite:///<data_dir>/console.db. "
+        description="SQLAlchemy URL; default sqlite:///<data_dir>/console.core.db. "
         "PostgreSQL: postgresql+psycopg://user:pass@host/db",
     )
     host: str = Field(default="127.0.0.1", description="Address the HTTP API binds to.")
@@ -103,4 +103,4 @@ class ConsoleSettings(BaseSettings):
     def resolved_database_url(self) -> str:
         if self.database_url:
             return self.database_url
-        return f"sqlite:///{(self.data_dir / 'console.db').resolve()}"
+        return f"sqlite:///{(self.data_dir / 'console.core.db').resolve()}"

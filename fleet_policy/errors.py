@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rollout_policy.states import EventKind, RolloutState
+    from fleet_policy.states import EventKind, RolloutState
 
 
 class RolloutPolicyError(Exception):

@@ -22,8 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from rollout_policy.errors import MigrationInputError
-from rollout_policy.ids import AgentId, NodeName
+from fleet_policy.errors import MigrationInputError
+from fleet_policy.ids import AgentId, NodeName
 
 NODE_MONITOR_TYPE = "k8s-node-monitor"
 DEFAULT_QUIET_WINDOW_SECONDS = 300.0
@@ -221,7 +221,7 @@ def plan_hostdatadir_migration(
 ) -> MigrationPlan:
     """Classify every node; rows are sorted by node name.
 
-    Raises :class:`~rollout_policy.errors.MigrationInputError` for a node listed twice or with
+    Raises :class:`~fleet_policy.errors.MigrationInputError` for a node listed twice or with
     more than one node-monitor record under its name.
     """
     if quiet_window_seconds < 0:

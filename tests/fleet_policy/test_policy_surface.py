@@ -4,16 +4,16 @@ import ast
 import sys
 from pathlib import Path
 
-import rollout_policy
+import fleet_policy
 
-PACKAGE = Path(rollout_policy.__file__).parent
+PACKAGE = Path(fleet_policy.__file__).parent
 
 
 def test_everything_in_all_exists_and_nothing_is_listed_twice() -> None:
-    names = rollout_policy.__all__
+    names = fleet_policy.__all__
     assert len(names) == len(set(names))
     for name in names:
-        assert hasattr(rollout_policy, name), name
+        assert hasattr(fleet_policy, name), name
 
 
 def test_the_package_imports_only_the_standard_library_and_itself() -> None:
@@ -26,13 +26,13 @@ def test_the_package_imports_only_the_standard_library_and_itself() -> None:
             else:
                 continue
             for root in roots:
-                assert root == "rollout_policy" or root in sys.stdlib_module_names, (
+                assert root == "fleet_policy" or root in sys.stdlib_module_names, (
                     f"{module.name} imports {root}"
                 )
 
 
 def test_every_exception_ends_in_error() -> None:
-    for name in rollout_policy.__all__:
-        value = getattr(rollout_policy, name)
+    for name in fleet_policy.__all__:
+        value = getattr(fleet_policy, name)
         if isinstance(value, type) and issubclass(value, BaseException):
             assert name.endswith("Error"), name

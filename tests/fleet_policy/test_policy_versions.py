@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rollout_policy import (
+from fleet_policy import (
     Version,
     VersionError,
     VersionRangeError,

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollout_policy import (
+from fleet_policy import (
     AgentId,
     AgentRecord,
     MigrationInputError,
@@ -61,7 +61,7 @@ WORKED_EXAMPLE = [
 
 
 def test_the_worked_example_from_the_docs() -> None:
-    """docs/rollout-policy.md, "hostDataDir migration": eight nodes, every class and reason."""
+    """docs/fleet-policy.md, "hostDataDir migration": eight nodes, every class and reason."""
     plan = plan_hostdatadir_migration(reversed(WORKED_EXAMPLE))
     assert [(row.node, row.node_class, row.agent_id, row.reasons) for row in plan.rows] == [
         ("worker-1", NodeClass.HOST_AGENT_PRESENT, None, ()),

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
-from rollout_policy.errors import IllegalTransitionError
+from fleet_policy.errors import IllegalTransitionError
 
 
 class RolloutState(StrEnum):

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from rollout_policy.errors import VersionError, VersionRangeError
+from fleet_policy.errors import VersionError, VersionRangeError
 
 _VERSION = re.compile(
     r"""

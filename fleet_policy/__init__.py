@@ -2,17 +2,17 @@
 
 The Console and the flows feed it snapshots and get back plans, decisions and new states:
 
-- :mod:`~rollout_policy.eligibility`: who a rollout is for and who is excluded, with reasons;
-- :mod:`~rollout_policy.waves`: canary and growth waves, deterministic per seed;
-- :mod:`~rollout_policy.thresholds`: IoT-Jobs-style failure criteria and the decision they make;
-- :mod:`~rollout_policy.states`: the rollout state machine;
-- :mod:`~rollout_policy.migration`: the ``hostDataDir`` migration plan per node;
-- :mod:`~rollout_policy.versions`: semver-ish versions and ranges.
+- :mod:`~fleet_policy.eligibility`: who a rollout is for and who is excluded, with reasons;
+- :mod:`~fleet_policy.waves`: canary and growth waves, deterministic per seed;
+- :mod:`~fleet_policy.thresholds`: IoT-Jobs-style failure criteria and the decision they make;
+- :mod:`~fleet_policy.states`: the rollout state machine;
+- :mod:`~fleet_policy.hostdatadir`: the ``hostDataDir`` migration plan per node;
+- :mod:`~fleet_policy.versions`: semver-ish versions and ranges.
 
-Semantics and worked examples: ``docs/rollout-policy.md``.
+Semantics and worked examples: ``docs/fleet-policy.md``.
 """
 
-from rollout_policy.eligibility import (
+from fleet_policy.eligibility import (
     CLUSTER_LABEL,
     CONTAINER_AGENT_TYPES,
     AgentSnapshot,
@@ -22,7 +22,7 @@ from rollout_policy.eligibility import (
     Selector,
     evaluate_eligibility,
 )
-from rollout_policy.errors import (
+from fleet_policy.errors import (
     DuplicateAgentError,
     IllegalTransitionError,
     InvalidPolicyError,
@@ -33,8 +33,7 @@ from rollout_policy.errors import (
     VersionRangeError,
     WavePolicyError,
 )
-from rollout_policy.ids import AgentId, EnvironmentId, NodeName
-from rollout_policy.migration import (
+from fleet_policy.hostdatadir import (
     DEFAULT_QUIET_WINDOW_SECONDS,
     NODE_MONITOR_TYPE,
     AgentRecord,
@@ -45,7 +44,8 @@ from rollout_policy.migration import (
     ReleaseReason,
     plan_hostdatadir_migration,
 )
-from rollout_policy.states import (
+from fleet_policy.ids import AgentId, EnvironmentId, NodeName
+from fleet_policy.states import (
     EVENT_TARGETS,
     LEGAL_EVENTS,
     TERMINAL_STATES,
@@ -56,7 +56,7 @@ from rollout_policy.states import (
     Transition,
     next_state,
 )
-from rollout_policy.thresholds import (
+from fleet_policy.thresholds import (
     DEFAULT_THRESHOLD_POLICY,
     FailureCriterion,
     FailureType,
@@ -69,7 +69,7 @@ from rollout_policy.thresholds import (
     Trip,
     evaluate_thresholds,
 )
-from rollout_policy.versions import (
+from fleet_policy.versions import (
     ANY_VERSION,
     Comparison,
     Version,
@@ -79,7 +79,7 @@ from rollout_policy.versions import (
     parse_version_range,
     try_parse_version,
 )
-from rollout_policy.waves import (
+from fleet_policy.waves import (
     FactorGrowth,
     PercentGrowth,
     Wave,

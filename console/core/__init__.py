@@ -1,0 +1,1 @@
+"""Console infrastructure: database, settings, secrets, signatures, clock, logs."""

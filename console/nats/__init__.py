@@ -1,0 +1,1 @@
+"""The Console's NATS side: user JWTs, the embedded server, authorization advisories."""

@@ -1,1 +1,0 @@
-"""rollout_policy: hypothesis properties and the worked examples of docs/rollout-policy.md."""
