@@ -111,7 +111,7 @@ def test(pytest_args: list[str]) -> int:
 def demo(args: list[str]) -> int:
     setup()
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    return run(BIN / "proxima-fleet", "demo", *args, env=env, check=False)
+    return run(PY, ROOT / "scripts" / "demo.py", *args, env=env, check=False)
 
 
 def main() -> None:

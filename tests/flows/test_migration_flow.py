@@ -12,15 +12,10 @@ import pytest
 
 from fleet_policy import AgentId, MigrationRow, NodeClass, NodeName
 from flows.helm import HelmCli, HelmRelease
-from flows.migration import (
-    MigrationBlockedError,
-    NodeState,
-    data_host_path,
-    hostdatadir_migration,
-    judge,
-    readable_host_identity,
-    runs_on,
-)
+from flows.hostdatadir.errors import MigrationBlockedError
+from flows.hostdatadir.manifests import data_host_path, readable_host_identity, runs_on
+from flows.hostdatadir.progress import NodeState, judge
+from flows.migration import hostdatadir_migration
 from tests.flows.migration_harness import (
     CHART,
     DAEMONSET,

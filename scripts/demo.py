@@ -7,6 +7,12 @@
 4. hosts the 0.9.0 build in the Console, creates a rollout (canary, then waves), and runs the
    ``fleet-rollout`` flow against Prefect's server, with a live table of the fleet;
 5. ends with a summary, and stops everything (``--keep`` leaves it running for the Prefect UI).
+
+    python3 scripts/dev.py demo [--agents 8] [--workdir DIR] [--keep]   # sets up, then runs this
+    .venv/bin/python scripts/demo.py [...]                               # once set up
+
+A script, not part of the installed product: it drives the product from outside (it imports
+only ``flows.rollout`` and starts every other piece as its own process).
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
+import typer
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -279,6 +286,89 @@ def _flush_prefect_logs() -> None:
         return
 
 
+def _create_rollout(api: httpx.Client, new: dict[str, Any]) -> str:
+    """Host the 0.9.0 build in the Console and create the rollout (canary, then waves)."""
+    hosted = api.put(
+        "/api/v1/artifacts/0.9.0",
+        params={"signature": new["signature"]},
+        content=Path(new["artifact"]).read_bytes(),
+        headers={"content-type": "application/octet-stream"},
+    )
+    hosted.raise_for_status()
+    rollout = api.post(
+        "/api/v1/fleet/rollouts",
+        json={
+            "name": "fleet upgrade",
+            "artifact": hosted.json(),
+            "start_flow": False,
+            "selector": {"agent_types": ["host"]},
+            "waves": {"canary_size": 1, "percentages": [50, 100]},
+            "criteria": [{"failure_type": "any", "threshold_percent": 20, "min_executed": 1}],
+            "wave_timeout_seconds": 120,
+        },
+    )
+    rollout.raise_for_status()
+    return str(rollout.json()["id"])
+
+
+def _run_rollout(api: httpx.Client, live: Live, rollout_id: str) -> dict[str, Any]:
+    """Run the fleet-rollout flow in a thread and redraw the table until it ends; the final
+    rollout (the flow's exception, if any, under ``error``)."""
+    outcome: dict[str, Any] = {}
+
+    def run_flow() -> None:
+        from flows.rollout import fleet_rollout
+
+        try:
+            outcome.update(fleet_rollout(rollout_id=rollout_id, poll_seconds=0.3))
+        except Exception as exc:  # shown below; the demo fails with it
+            outcome["error"] = repr(exc)
+
+    thread = threading.Thread(target=run_flow, daemon=True)
+    thread.start()
+    while thread.is_alive():
+        items = api.get("/api/v1/fleet/agents").json()["items"]
+        live.update(_fleet_table(items, api.get(f"/api/v1/fleet/rollouts/{rollout_id}").json()))
+        thread.join(timeout=0.25)
+    _flush_prefect_logs()
+    final: dict[str, Any] = api.get(f"/api/v1/fleet/rollouts/{rollout_id}").json()
+    items = api.get("/api/v1/fleet/agents").json()["items"]
+    live.update(_fleet_table(items, final))
+    if "error" in outcome:
+        raise DemoError(f"the rollout flow failed: {outcome['error']}")
+    return final
+
+
+def _roll_fleet(
+    demo: Demo, api: httpx.Client, builds: dict[str, dict[str, Any]], started: float
+) -> int:
+    """Wait for every agent online at 0.8.0, roll them to 0.9.0, print the summary
+    (``started``: when the demo started, for its whole time)."""
+    with Live(console=demo.out, refresh_per_second=4) as live:
+
+        def online() -> bool:
+            items = api.get("/api/v1/fleet/agents").json()["items"]
+            live.update(_fleet_table(items, None))
+            return bool(
+                sum(a["status"] == "online" and a["version"] == "0.8.0" for a in items)
+                == demo.agents
+            )
+
+        _wait("every agent online at 0.8.0", online, timeout=120)
+        rollout_id = _create_rollout(api, builds["0.9.0"])
+        rolled = time.monotonic()
+        final = _run_rollout(api, live, rollout_id)
+    c = final["counts"]
+    demo.out.print(
+        f"[bold green]done:[/bold green] rollout {final['state']} — {c['succeeded']} of "
+        f"{demo.agents} agents now run 0.9.0 ({c['failed']} failed, {c['timed_out']} timed out) "
+        f"in {len(final['waves'])} waves, {time.monotonic() - rolled:.1f} s; whole demo "
+        f"{time.monotonic() - started:.0f} s. Flow run: http://127.0.0.1:{demo.prefect_port}"
+        f"/runs/flow-run/{final['flow_run_id']}"
+    )
+    return 0 if final["state"] == "succeeded" else 1
+
+
 def run_demo(*, agents: int, workdir: Path, keep: bool) -> int:
     out = Console()
     if workdir.exists():
@@ -296,80 +386,29 @@ def run_demo(*, agents: int, workdir: Path, keep: bool) -> int:
             base_url=demo.console_url, headers={"Authorization": f"Bearer {admin}"}, timeout=30
         )
         start_agents(demo, api, Path(builds["0.8.0"]["artifact"]))
-        with Live(console=out, refresh_per_second=4) as live:
-
-            def online() -> bool:
-                items = api.get("/api/v1/fleet/agents").json()["items"]
-                live.update(_fleet_table(items, None))
-                return bool(
-                    sum(a["status"] == "online" and a["version"] == "0.8.0" for a in items)
-                    == agents
-                )
-
-            _wait("every agent online at 0.8.0", online, timeout=120)
-            new = builds["0.9.0"]
-            hosted = api.put(
-                "/api/v1/artifacts/0.9.0",
-                params={"signature": new["signature"]},
-                content=Path(new["artifact"]).read_bytes(),
-                headers={"content-type": "application/octet-stream"},
-            )
-            hosted.raise_for_status()
-            rollout = api.post(
-                "/api/v1/fleet/rollouts",
-                json={
-                    "name": "fleet upgrade",
-                    "artifact": hosted.json(),
-                    "start_flow": False,
-                    "selector": {"agent_types": ["host"]},
-                    "waves": {"canary_size": 1, "percentages": [50, 100]},
-                    "criteria": [
-                        {"failure_type": "any", "threshold_percent": 20, "min_executed": 1}
-                    ],
-                    "wave_timeout_seconds": 120,
-                },
-            )
-            rollout.raise_for_status()
-            rollout_id = rollout.json()["id"]
-            outcome: dict[str, Any] = {}
-
-            def run_flow() -> None:
-                from flows.rollout import fleet_rollout
-
-                try:
-                    outcome.update(fleet_rollout(rollout_id=rollout_id, poll_seconds=0.3))
-                except Exception as exc:  # shown below; the demo fails with it
-                    outcome["error"] = repr(exc)
-
-            rolled = time.monotonic()
-            thread = threading.Thread(target=run_flow, daemon=True)
-            thread.start()
-            while thread.is_alive():
-                items = api.get("/api/v1/fleet/agents").json()["items"]
-                live.update(
-                    _fleet_table(items, api.get(f"/api/v1/fleet/rollouts/{rollout_id}").json())
-                )
-                thread.join(timeout=0.25)
-            _flush_prefect_logs()
-            final = api.get(f"/api/v1/fleet/rollouts/{rollout_id}").json()
-            items = api.get("/api/v1/fleet/agents").json()["items"]
-            live.update(_fleet_table(items, final))
-        if "error" in outcome:
-            raise DemoError(f"the rollout flow failed: {outcome['error']}")
-        c = final["counts"]
-        out.print(
-            f"[bold green]done:[/bold green] rollout {final['state']} — {c['succeeded']} of "
-            f"{agents} agents now run 0.9.0 ({c['failed']} failed, {c['timed_out']} timed out) "
-            f"in {len(final['waves'])} waves, {time.monotonic() - rolled:.1f} s; whole demo "
-            f"{time.monotonic() - started:.0f} s. Flow run: http://127.0.0.1:{demo.prefect_port}"
-            f"/runs/flow-run/{final['flow_run_id']}"
-        )
+        code = _roll_fleet(demo, api, builds, started)
         if keep:
             out.print("--keep: everything keeps running; Ctrl-C stops it")
             signal.sigwait({signal.SIGINT, signal.SIGTERM})
-        return 0 if final["state"] == "succeeded" else 1
+        return code
     except (DemoError, httpx.HTTPError) as exc:
         out.print(f"[red]demo failed:[/red] {exc} (logs in {workdir / 'logs'})")
         return 1
     finally:
         demo.stop()
+
+
+def main(
+    agents: Annotated[int, typer.Option(envvar="PROXIMA_DEMO_AGENTS", min=1, max=50)] = 5,
+    workdir: Annotated[Path, typer.Option(envvar="PROXIMA_DEMO_DIR")] = Path(".proxima/demo"),
+    keep: Annotated[
+        bool, typer.Option(help="Keep everything running at the end (for the Prefect UI)")
+    ] = False,
+) -> None:
+    """Run a local fleet (Prefect, a Console, its NATS, real agents) and roll it from 0.8.0 to
+    0.9.0 through the fleet-rollout flow, shown live."""
+    raise typer.Exit(run_demo(agents=agents, workdir=workdir, keep=keep))
+
+
+if __name__ == "__main__":
+    typer.run(main)
