@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
 from contracts.audit import AuditRunCreate, AuditRunPublic
 from contracts.rollouts import DispatchResult, RolloutCreate, RolloutPublic
 from flows.settings import FlowSettings
+
+
+RolloutAction = Literal["pause", "resume", "abort", "complete"]
+"""The rollout decisions the Console serves at ``POST /api/v1/fleet/rollouts/{id}/{action}``."""
 
 
 class ConsoleApiError(RuntimeError):
@@ -84,7 +88,9 @@ class ConsoleClient:
             self._call("POST", f"/api/v1/fleet/rollouts/{rollout_id}/waves/{wave}/dispatch")
         )
 
-    def decide(self, rollout_id: str, action: str, reason: str | None = None) -> RolloutPublic:
+    def decide(
+        self, rollout_id: str, action: RolloutAction, reason: str | None = None
+    ) -> RolloutPublic:
         body = {"reason": reason} if action in ("pause", "abort") else None
         return RolloutPublic.model_validate(
             self._call("POST", f"/api/v1/fleet/rollouts/{rollout_id}/{action}", json=body)
