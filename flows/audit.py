@@ -3,26 +3,35 @@ artifact. Rules and their fixes: ``flows/audit_rules.py`` and ``docs/audit.md``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.context import get_run_context
 
 from contracts.audit import AuditRunCreate, Finding
+from contracts.rollouts import RolloutPublic
 from flows.audit_rules import AuditFacts, DaemonSetFact, evaluate
 from flows.console_client import ConsoleClient
 from flows.kube import KubeTarget, agent_daemonsets, api_client
 from flows.settings import FlowSettings
 
 
+@dataclass(frozen=True)
+class ConsoleFacts:
+    agents: list[dict[str, Any]]
+    clusters: list[dict[str, Any]]
+    rollouts: list[RolloutPublic]
+    """The 10 most recent, with their targets."""
+
+
 @task(name="gather-console-facts", retries=2, retry_delay_seconds=2)
-def gather_console_facts() -> dict[str, list[dict[str, object]]]:
+def gather_console_facts() -> ConsoleFacts:
     with ConsoleClient(FlowSettings()) as console:
-        rollouts = [
-            console.rollout(r.id).model_dump(mode="json") for r in console.rollouts(limit=10)
-        ]
-        return {"agents": console.agents(), "clusters": console.clusters(), "rollouts": rollouts}
+        rollouts = [console.rollout(r.id) for r in console.rollouts(limit=10)]
+        return ConsoleFacts(agents=console.agents(), clusters=console.clusters(), rollouts=rollouts)
 
 
 @task(name="gather-kubernetes-facts", retries=2, retry_delay_seconds=2)
@@ -51,9 +60,9 @@ def fleet_audit(
     daemonsets = gather_kubernetes_facts(kubeconfig, namespace) if check_kubernetes else []
     findings = evaluate(
         AuditFacts(
-            agents=facts["agents"],
-            clusters=facts["clusters"],
-            rollouts=facts["rollouts"],
+            agents=facts.agents,
+            clusters=facts.clusters,
+            rollouts=facts.rollouts,
             daemonsets=daemonsets,
             stuck_window=timedelta(minutes=stuck_window_minutes),
         )

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from contracts.audit import Finding, Severity
+from contracts.rollouts import RolloutPublic
 
 DEFAULT_DATA_DIR = "/var/lib/proxima-agent"
 SEPARATE_DIR_FIX = (
@@ -31,7 +32,8 @@ class DaemonSetFact:
 class AuditFacts:
     agents: Sequence[Mapping[str, Any]]
     clusters: Sequence[Mapping[str, Any]] = ()
-    rollouts: Sequence[Mapping[str, Any]] = ()
+    rollouts: Sequence[RolloutPublic] = ()
+    """Recent rollouts with their targets."""
     daemonsets: Sequence[DaemonSetFact] = ()
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
     stuck_window: timedelta = timedelta(minutes=15)
@@ -181,18 +183,18 @@ def rollout_rules(facts: AuditFacts) -> Iterable[Finding]:
     """A host agent whose self_update failed on a read-only path shares its identity with a pod
     (the seed's 'Fleet rollouts fail against healthy hosts')."""
     for r in facts.rollouts:
-        for t in r.get("targets") or ():
-            if t.get("error") and "read-only file system" in t["error"]:
+        for t in r.targets or ():
+            if t.error and "read-only file system" in t.error:
                 yield Finding(
                     name="self_update_on_read_only_image",
                     severity=Severity.HIGH,
                     subject_kind="agent",
-                    subject_id=t["agent_id"],
-                    subject_name=t["agent_name"],
-                    message=f"rollout {r['name']!r}: {t['agent_name']} reported "
-                    f"{t['error']!r} — a pod on a read-only image answered for this host",
+                    subject_id=t.agent_id,
+                    subject_name=t.agent_name,
+                    message=f"rollout {r.name!r}: {t.agent_name} reported "
+                    f"{t.error!r} — a pod on a read-only image answered for this host",
                     fix=SEPARATE_DIR_FIX,
-                    detail={"rollout_id": r["id"]},
+                    detail={"rollout_id": r.id},
                 )
 
 

@@ -10,7 +10,6 @@ from contracts.audit import AuditRunCreate, AuditRunPublic
 from contracts.rollouts import DispatchResult, RolloutCreate, RolloutPublic
 from flows.settings import FlowSettings
 
-
 RolloutAction = Literal["pause", "resume", "abort", "complete"]
 """The rollout decisions the Console serves at ``POST /api/v1/fleet/rollouts/{id}/{action}``."""
 
