@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -21,6 +21,9 @@ from typer._click import exceptions as click_errors
 from agent import __version__
 from agent.errors import AgentError, EnvironmentProblemError, ExitCode, NotEnrolledError
 from agent.settings import DEFAULT_DATA_DIR, ENV_PREFIX
+
+if TYPE_CHECKING:
+    from agent.settings import AgentSettings
 
 __all__ = ["app", "main"]
 
@@ -189,7 +192,6 @@ def run(
     ] = None,
 ) -> None:
     """Enroll (once), then stay connected: heartbeats, host metrics, commands."""
-    from agent.logs import configure_logging
     from agent.settings import build_settings
 
     settings = build_settings(
@@ -217,23 +219,34 @@ def run(
         program_path=program_path,
         update_health_timeout=update_health_timeout,
     )
+    _start(settings)
+
+
+def _start(settings: AgentSettings) -> None:
+    """Run the agent (or, under a self_update, the trial of a new build) until it stops; exec
+    the build it hands over to, if any."""
+    from agent.logs import configure_logging
+
     mask = configure_logging(settings.log_level, settings.log_format)
     if settings.install_token is not None:
         mask.add(settings.install_token.get_secret_value())
     _keep_websocket_client_out()
     # Imported before anything runs: once a self_update has swapped the zipapp on disk, this
     # process must not import from it again (zipimport would read the new file's bytes).
-    from agent.handover import TRIAL_ENV, exec_program, trial_parent
     from agent.runtime import AgentRuntime
+    from agent.selfupdate.handover import exec_program, recover_failed_exec
+    from agent.selfupdate.trial import TRIAL_ENV, TrialChild, trial_parent
 
-    runtime = AgentRuntime(settings, trial=trial_parent(os.environ.get(TRIAL_ENV)))
+    trial = trial_parent(os.environ.get(TRIAL_ENV))
+    if trial is not None:
+        asyncio.run(TrialChild(settings, *trial).run())
+        return
+    runtime = AgentRuntime(settings)
     asyncio.run(runtime.run())
     if runtime.exec_request is not None:
         try:
             exec_program(runtime.exec_request)
         except OSError as e:
-            from agent.handover import recover_failed_exec
-
             recover_failed_exec(settings.data_dir, e)
             raise EnvironmentProblemError(
                 f"exec {runtime.exec_request.argv[0]}", e.strerror or str(e)
@@ -280,7 +293,7 @@ def version(
     """Print the agent version."""
     if as_json:
         from agent import build_info
-        from agent.handover import SELF_UPDATE_PROTOCOL
+        from agent.selfupdate.handover import SELF_UPDATE_PROTOCOL
 
         info = {
             "version": __version__,

@@ -7,11 +7,8 @@ every interval, skipped while disconnected. A collector with its own schedule (a
 own ``run(session)`` instead. A collector may also add fields to every heartbeat
 (:class:`HeartbeatContributor`: the collector's ``leader`` flag, say).
 
-Which collectors an agent runs is decided by a :data:`CollectorFactory` from its settings and
-identity. :func:`default_collectors` gives host metrics to ``host`` agents, host and kubelet
-metrics to ``k8s-node-monitor`` (:mod:`agent.node`), and the inventory to
-``k8s-cluster-collector`` (:mod:`agent.cluster`, imported only for that type: it is the one
-place that loads the kubernetes client).
+This module holds the protocol only, and imports no collector: which collectors an agent runs
+is decided in :mod:`agent.collector_factory`.
 """
 
 from __future__ import annotations
@@ -24,17 +21,14 @@ from typing import Any, Protocol, runtime_checkable
 from agent.heartbeat import Ticker, run_periodically
 from agent.session import NatsSession
 from agent.settings import AgentSettings
-from agent.state import AgentState
 from contracts.agent_types import AgentType
 
 __all__ = [
     "Collector",
-    "CollectorFactory",
     "HeartbeatContributor",
     "Publication",
     "SelfScheduled",
     "collector_loop",
-    "default_collectors",
     "heartbeat_fields",
 ]
 
@@ -72,9 +66,6 @@ class HeartbeatContributor(Protocol):
         ...
 
 
-CollectorFactory = Callable[[AgentSettings, AgentState], list[Collector]]
-
-
 def heartbeat_fields(
     settings: AgentSettings, collectors: Sequence[Collector]
 ) -> Callable[[], dict[str, Any]]:
@@ -92,30 +83,6 @@ def heartbeat_fields(
         return merged
 
     return fields
-
-
-def default_collectors(settings: AgentSettings, state: AgentState) -> list[Collector]:
-    if state.agent_type is AgentType.K8S_CLUSTER_COLLECTOR:
-        from agent.cluster import cluster_collectors
-
-        return cluster_collectors(settings, state)
-    if state.agent_type is AgentType.K8S_NODE_MONITOR:
-        from agent.node import node_collectors
-
-        return node_collectors(settings, state)
-    collectors: list[Collector] = []
-    if settings.host_metrics and state.agent_type is AgentType.HOST:
-        from agent.host_metrics import HostMetricsCollector
-
-        collectors.append(
-            HostMetricsCollector(
-                state.agent_id,
-                settings.host_root,
-                settings.host_proc,
-                interval=settings.metrics_interval,
-            )
-        )
-    return collectors
 
 
 async def collector_loop(session: NatsSession, collector: Collector) -> None:

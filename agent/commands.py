@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -24,24 +24,20 @@ from agent.backend import BackendClient
 from agent.credentials import new_seed, public_key, rotation_proof
 from agent.errors import BackendAnswerError, BackendError
 from agent.files import write_atomic
-from agent.handover import ExecRequest
 from agent.session import NatsSession
 from agent.signals import read_signals
 from agent.state import StateStore
 from contracts import subjects
 from contracts.messages import Command, CommandKind, CommandResult, CommandStatus
 
-if TYPE_CHECKING:
-    from agent.selfupdate import SelfUpdater
-
 __all__ = [
     "LEDGER_FILE",
     "CommandDispatcher",
     "CommandLedger",
     "CredentialRotation",
+    "Handler",
     "Outcome",
     "ping_handler",
-    "self_update_handler",
 ]
 
 log = logging.getLogger(__name__)
@@ -308,28 +304,6 @@ def ping_handler(detail: Callable[[], dict[str, Any]]) -> Handler:
         return Outcome(CommandStatus.SUCCEEDED, detail={"pong": True, **detail()})
 
     return ping
-
-
-def self_update_handler(
-    updater: Callable[[], SelfUpdater], hand_over: Callable[[ExecRequest], None]
-) -> Handler:
-    """``self_update``: a result now (rejected, failed, nothing to do), or a hand-over.
-
-    ``updater`` builds the :class:`agent.selfupdate.SelfUpdater` on first use: most agents never
-    update, and its imports cost resident memory. It is loaded before the program file is
-    touched, which matters: once the zipapp on disk is swapped, this process must not import
-    from it again.
-    """
-
-    async def self_update(command: Command) -> Outcome:
-        outcome = await updater().run(command)
-        if outcome.status is None:
-            request = outcome.exec_request
-            assert request is not None
-            return Outcome(None, after=lambda: hand_over(request))
-        return Outcome(outcome.status, error=outcome.error, detail=outcome.detail or {})
-
-    return self_update
 
 
 class CredentialRotation:

@@ -5,8 +5,9 @@
 or the process is to be replaced: then :attr:`AgentRuntime.exec_request` says by what (the new
 build of a ``self_update``, or the old one coming back), and the CLI execs it.
 
-With ``trial=True`` it is a build under trial (:mod:`agent.selfupdate`): it loads the identity,
-serves health on a port of its own and connects to NATS, and does nothing else.
+The runtime owns the lifecycle only; ``self_update`` (what it settles at start, its command and
+the probation after a hand-over) is :class:`~agent.selfupdate.feature.SelfUpdateFeature`'s.
+A build under trial runs :class:`~agent.selfupdate.trial.TrialChild` instead of this.
 """
 
 from __future__ import annotations
@@ -19,53 +20,32 @@ import os
 import signal
 import time
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent import __version__
 from agent.backend import BackendClient
 from agent.backoff import Backoff
-from agent.collectors import (
-    CollectorFactory,
-    collector_loop,
-    default_collectors,
-    heartbeat_fields,
-)
-from agent.commands import (
-    CommandDispatcher,
-    CommandLedger,
-    CredentialRotation,
-    ping_handler,
-    self_update_handler,
-)
+from agent.collector_factory import CollectorFactory, default_collectors
+from agent.collectors import Collector, collector_loop, heartbeat_fields
+from agent.commands import CommandDispatcher, CommandLedger, CredentialRotation, ping_handler
 from agent.enrollment import Enroller, EnrollmentConfig, InstallToken
 from agent.errors import BackendAnswerError, BackendError, ConfigError, EnvironmentProblemError
 from agent.files import ensure_private_dir
-from agent.handover import (
-    TRIAL_PORT_FILE,
-    ExecRequest,
-    MarkerStore,
-    StartDecision,
-    UpdateMarker,
-    decide_at_start,
-    roll_back,
-    unhealthy_error,
-)
 from agent.health import HealthServer, Readiness
 from agent.heartbeat import HeartbeatInfo, heartbeat_loop
 from agent.host_metrics import use_host_procfs
-from agent.program import ProgramFiles, running_program, self_update_blocker
+from agent.selfupdate.feature import SelfUpdateFeature
+from agent.selfupdate.handover import ExecRequest
 from agent.session import NatsSession, ReconnectPolicy
 from agent.settings import AgentSettings, setting_label
-from agent.signatures import load_signing_key
 from agent.state import AgentState, StateStore
 from contracts.durations import format_duration
-from contracts.messages import CommandKind, CommandResult, CommandStatus
+from contracts.messages import CommandKind
 
 if TYPE_CHECKING:
     from agent.httpclient import Transport
-    from agent.selfupdate import SelfUpdater
+    from agent.selfupdate.program import ProgramFiles
 
 __all__ = ["AgentRuntime"]
 
@@ -84,7 +64,6 @@ class AgentRuntime:
         enroll_backoff: Backoff | None = None,
         collectors: CollectorFactory = default_collectors,
         program_files: ProgramFiles | None = None,
-        trial: tuple[int, float] | None = None,
     ) -> None:
         self.settings = settings
         self.instance_id = instance_id or uuid.uuid4().hex
@@ -95,21 +74,10 @@ class AgentRuntime:
         self.dispatcher: CommandDispatcher | None = None
         self.ledger: CommandLedger | None = None
         self.started = time.monotonic()
-        self.signing_key = load_signing_key(
-            settings.signing_public_key, settings.signing_public_key_file
-        )
-        self.program = settings.program_path or running_program()
-        self.self_update_blocker = self_update_blocker(
-            settings.agent_type, self.program, signing_key=self.signing_key is not None
-        )
-        self.can_self_update = self.self_update_blocker is None
-        self.program_files = program_files or ProgramFiles()
-        self.markers = MarkerStore(settings.data_dir)
-        self.trial = trial
+        self.self_update = SelfUpdateFeature(settings, version=__version__, files=program_files)
+        self.can_self_update = self.self_update.possible
         self.exec_request: ExecRequest | None = None
-        self._probation: tuple[UpdateMarker, float] | None = None
         self._collectors = collectors
-        self._self_updater: SelfUpdater | None = None
         self._backend_transport = backend_transport
         self._backend: BackendClient | None = None
         self._enroll_backoff = enroll_backoff
@@ -206,9 +174,6 @@ class AgentRuntime:
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         s = self.settings
-        if self.trial is not None:
-            await self._run_trial(install_signal_handlers=install_signal_handlers)
-            return
         self._prepare_data_dir()
         state = self.store.load(expected_type=s.agent_type)
         self._warn_if_shared(s.data_dir)
@@ -228,7 +193,7 @@ class AgentRuntime:
             s.agent_type,
             s.data_dir,
             self.instance_id,
-            "possible" if self.can_self_update else f"not possible ({self.self_update_blocker})",
+            "possible" if self.can_self_update else f"not possible ({self.self_update.blocker})",
         )
         if install_signal_handlers:
             self._install_signal_handlers()
@@ -249,151 +214,12 @@ class AgentRuntime:
         finally:
             await self._shutdown()
 
-    # -- updates across exec --------------------------------------------------------------
-
     def _open_ledger(self, state: AgentState) -> None:
-        """Load the command ledger, settling an update marker left by the previous build."""
-        ledger = CommandLedger(self.settings.data_dir, state.agent_id)
-        self.ledger = ledger
-        marker = self.markers.read()
-        if marker is None:
-            ledger.load()
-            return
-        ledger.load(keep_open=frozenset({marker.command_id}))
-        known = ledger.get(marker.command_id)
-        decision = decide_at_start(
-            marker,
-            version=__version__,
-            concluded=known is not None and known.result is not None,
-            store=self.markers,
-            files=self.program_files,
-        )
-        self._apply(ledger, decision)
-
-    def _apply(self, ledger: CommandLedger, decision: StartDecision) -> None:
-        marker = decision.marker
-        assert marker is not None
-        if decision.exec_request is not None:
-            self.exec_request = decision.exec_request
-            return
-        if decision.failure is not None:
-            # Recorded before the marker goes (a crash in between only repeats the cleanup);
-            # published by the dispatcher on the first connection, like any undelivered result.
-            ledger.finish(
-                CommandResult(
-                    command_id=marker.command_id,
-                    agent_id=ledger.agent_id,
-                    kind=CommandKind.SELF_UPDATE,
-                    status=CommandStatus.FAILED,
-                    finished_at=datetime.now(UTC),
-                    error=decision.failure,
-                    detail=marker.failure_detail(),
-                )
-            )
-            log.warning("self_update to %s failed: %s", marker.new_version, decision.failure)
-        if decision.remove_backup:
-            with contextlib.suppress(OSError):
-                self.program_files.remove(marker.backup)
-        if decision.remove_marker:
-            self.markers.remove()
-        if decision.probation_seconds is not None:
-            log.info(
-                "self_update: %s took over from %s; healthy within %s or %s comes back",
-                marker.new_version,
-                marker.old_version,
-                format_duration(round(decision.probation_seconds, 1)),
-                marker.old_version,
-            )
-            self._probation = (marker, decision.probation_seconds)
-
-    async def _probation_watch(self, marker: UpdateMarker, seconds: float) -> None:
-        """The new build after a hand-over: report success once healthy, else go back."""
-        deadline = time.monotonic() + seconds
-        while self.readiness.reason() is not None:
-            if time.monotonic() >= deadline:
-                error = unhealthy_error(marker)
-                outcome = roll_back(marker, self.markers, self.program_files, error)
-                if isinstance(outcome, ExecRequest):
-                    self.request_exec(outcome)
-                    return
-                await self._conclude(marker, CommandStatus.FAILED, outcome)
-                return
-            await asyncio.sleep(0.05)
-        await self._conclude(marker, CommandStatus.SUCCEEDED, None)
-
-    async def _conclude(
-        self, marker: UpdateMarker, status: CommandStatus, error: str | None
-    ) -> None:
-        assert self.dispatcher is not None
-        result = CommandResult(
-            command_id=marker.command_id,
-            agent_id=self.dispatcher.session.agent_id,
-            kind=CommandKind.SELF_UPDATE,
-            status=status,
-            finished_at=datetime.now(UTC),
-            error=error,
-            detail=marker.success_detail()
-            if status is CommandStatus.SUCCEEDED
-            else marker.failure_detail(),
-        )
-        self.dispatcher.ledger.finish(result)
-        if status is CommandStatus.SUCCEEDED:
-            with contextlib.suppress(OSError):
-                self.program_files.remove(marker.backup)
-            entry = self.dispatcher.ledger.get(marker.command_id)
-            since = entry.received_at if entry is not None else marker.started_at
-            log.info(
-                "self_update complete: %s -> %s (%.1fs after the command arrived)",
-                marker.old_version,
-                marker.new_version,
-                (datetime.now(UTC) - since).total_seconds(),
-            )
-        self.markers.remove()
-        self._probation = None
-        await self.dispatcher.conclude(result)
-
-    # -- trial ----------------------------------------------------------------------------
-
-    async def _run_trial(self, *, install_signal_handlers: bool) -> None:
-        """A new build proving itself for the build that runs now: identity, health, NATS."""
-        s = self.settings
-        assert self.trial is not None
-        parent, ttl = self.trial
-        state = self.store.load(expected_type=s.agent_type)
-        if state is None:
-            raise EnvironmentProblemError("update trial", f"no state file in {s.data_dir}")
-        log.info(
-            "proxima-agent %s update trial for agent %s: health and nats only, no heartbeats",
-            __version__,
-            state.agent_id,
-        )
-        if install_signal_handlers:
-            self._install_signal_handlers()
-        self.readiness.mark_enrolled()
-        self.health = HealthServer(
-            self.readiness, "127.0.0.1", 0, s.data_dir, port_file=TRIAL_PORT_FILE
-        )
-        await self.health.start()
-        policy = ReconnectPolicy(wait=0.2, max_wait=1.0, jitter=s.nats_reconnect_jitter)
-        session = NatsSession(
-            self.store, self.readiness, policy=policy, on_message=lambda *_: None, trial=True
-        )
-        self.session = session
-        task = asyncio.create_task(session.run(), name="nats-session")
-        until = time.monotonic() + ttl
-        try:
-            # Never outlive the agent that started us, nor the trial's time.
-            while not self._stop.is_set() and os.getppid() == parent:
-                if time.monotonic() >= until or task.done():
-                    break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), 0.2)
-        finally:
-            await session.stop()
-            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
-                await asyncio.wait_for(task, policy.drain_timeout + 1)
-            await self.health.close()
-            log.info("update trial stopped")
+        """Load the command ledger, settling an update the previous build left."""
+        self.ledger = CommandLedger(self.settings.data_dir, state.agent_id)
+        request = self.self_update.settle(self.ledger)
+        if request is not None:
+            self.exec_request = request
 
     async def _until_stopped(self, work: Any) -> Any:
         """Run ``work`` unless stop comes first; ``None`` when stopped."""
@@ -453,6 +279,43 @@ class AgentRuntime:
         if state.pending_seed is not None:
             log.info("a credential rotation was in flight when the agent stopped")
 
+    def _dispatcher(self, session: NatsSession) -> CommandDispatcher:
+        s = self.settings
+        ledger = self.ledger
+        assert ledger is not None
+        rotation = CredentialRotation(
+            self.store, self.backend, session, host_root=s.host_root, host_sys=s.host_sys
+        )
+        return CommandDispatcher(
+            session,
+            ledger,
+            {
+                CommandKind.PING: ping_handler(self._ping_detail),
+                CommandKind.ROTATE_CREDENTIALS: rotation,
+                CommandKind.SELF_UPDATE: self.self_update.handler(self.request_exec),
+            },
+        )
+
+    def _heartbeat_info(self, state: AgentState, collectors: list[Collector]) -> HeartbeatInfo:
+        s = self.settings
+        log.info(
+            "heartbeat every %s; %s",
+            format_duration(s.heartbeat_interval),
+            ", ".join(f"{c.name} every {format_duration(c.interval)}" for c in collectors)
+            or "no collectors",
+        )
+        return HeartbeatInfo(
+            instance_id=self.instance_id,
+            agent_type=state.agent_type,
+            version=__version__,
+            heartbeat_interval=s.heartbeat_interval,
+            metrics_interval=s.metrics_interval if collectors else None,
+            can_self_update=self.can_self_update,
+            labels=s.labels,
+            started=self.started,
+            fields=heartbeat_fields(s, collectors),
+        )
+
     async def _serve(self, state: AgentState) -> None:
         s = self.settings
         policy = ReconnectPolicy(
@@ -468,38 +331,9 @@ class AgentRuntime:
             fetch_jwt=self._fetch_jwt,
         )
         self.session = session
-        ledger = self.ledger
-        assert ledger is not None
-        rotation = CredentialRotation(
-            self.store, self.backend, session, host_root=s.host_root, host_sys=s.host_sys
-        )
-        self.dispatcher = CommandDispatcher(
-            session,
-            ledger,
-            {
-                CommandKind.PING: ping_handler(self._ping_detail),
-                CommandKind.ROTATE_CREDENTIALS: rotation,
-                CommandKind.SELF_UPDATE: self_update_handler(self._updater, self.request_exec),
-            },
-        )
+        self.dispatcher = self._dispatcher(session)
         collectors = self._collectors(s, state)
-        info = HeartbeatInfo(
-            instance_id=self.instance_id,
-            agent_type=state.agent_type,
-            version=__version__,
-            heartbeat_interval=s.heartbeat_interval,
-            metrics_interval=s.metrics_interval if collectors else None,
-            can_self_update=self.can_self_update,
-            labels=s.labels,
-            started=self.started,
-            fields=heartbeat_fields(s, collectors),
-        )
-        log.info(
-            "heartbeat every %s; %s",
-            format_duration(s.heartbeat_interval),
-            ", ".join(f"{c.name} every {format_duration(c.interval)}" for c in collectors)
-            or "no collectors",
-        )
+        info = self._heartbeat_info(state, collectors)
         tasks = [
             asyncio.create_task(session.run(), name="nats-session"),
             asyncio.create_task(self.dispatcher.run(), name="commands"),
@@ -509,10 +343,18 @@ class AgentRuntime:
             tasks.append(
                 asyncio.create_task(collector_loop(session, collector), name=collector.name)
             )
-        if self._probation is not None:
-            tasks.append(
-                asyncio.create_task(self._probation_watch(*self._probation), name="probation")
-            )
+        probation = self.self_update.probation_watch(
+            self.readiness, self.dispatcher, self.request_exec
+        )
+        if probation is not None:
+            tasks.append(asyncio.create_task(probation, name="probation"))
+        await self._until_stop_or_failure(tasks, session, policy.drain_timeout)
+
+    async def _until_stop_or_failure(
+        self, tasks: list[asyncio.Task[Any]], session: NatsSession, drain_timeout: float
+    ) -> None:
+        """Wait for the stop event (a failed task raises); then stop the session (``tasks[0]``)
+        and cancel the rest."""
         stopper = asyncio.create_task(self._stop.wait(), name="stop")
         try:
             pending = {*tasks, stopper}
@@ -528,7 +370,7 @@ class AgentRuntime:
         finally:
             # Only a live connection has anything to drain: a session that never connected
             # (a new build rolled back for it) gets a second, not the drain timeout.
-            drain = policy.drain_timeout + 1 if self.readiness.nats_connected else 1.0
+            drain = drain_timeout + 1 if self.readiness.nats_connected else 1.0
             await session.stop()
             session_task = tasks[0]
             for task in tasks[1:]:
@@ -537,22 +379,6 @@ class AgentRuntime:
             with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):
                 await asyncio.wait_for(session_task, drain)
             await asyncio.gather(*tasks[1:], stopper, return_exceptions=True)
-
-    def _updater(self) -> SelfUpdater:
-        if self._self_updater is None:
-            from agent.selfupdate import SelfUpdater
-
-            s = self.settings
-            self._self_updater = SelfUpdater(
-                agent_type=s.agent_type,
-                version=__version__,
-                data_dir=s.data_dir,
-                signing_key=self.signing_key,
-                program=self.program,
-                health_timeout=s.update_health_timeout,
-                files=self.program_files,
-            )
-        return self._self_updater
 
     def _on_message(self, subject: str, payload: bytes) -> None:
         if self.dispatcher is not None:

@@ -393,7 +393,8 @@ def patched_source(target: Path, *patches: tuple[str, str]) -> Path:
     return target
 
 
-# A new build that hangs as soon as it starts, before it could read any update marker.
+# A new build that hangs as soon as it starts, before it could read any update marker: as the
+# agent (agent/runtime.py) and as a trial child (agent/selfupdate/trial.py).
 HANG_AT_START = """
 import time as _time
 
@@ -402,6 +403,7 @@ async def _hang(self, *, install_signal_handlers=True):
 
 AgentRuntime.run = _hang
 """
+HANG_TRIAL_AT_START = HANG_AT_START.replace("AgentRuntime.run", "TrialChild.run")
 
 # A new build that passes its trial but, started for real, never reaches NATS.
 NEVER_CONNECTS = """
@@ -445,8 +447,8 @@ def make_builds(root: Path) -> Builds:
     dist = root / "dist"
     broken = root / "src"
 
-    def broken_build(version: str, name: str, module: str, code: str) -> Build:
-        source = patched_source(broken / name, (module, code))
+    def broken_build(version: str, name: str, *patches: tuple[str, str]) -> Build:
+        source = patched_source(broken / name, *patches)
         return build_agent(version, dist, key=key, source_root=source)
 
     return Builds(
@@ -455,9 +457,14 @@ def make_builds(root: Path) -> Builds:
         dist=dist,
         old=build_agent("0.8.0", dist, key=key),
         new=build_agent("0.9.0", dist, key=key),
-        hangs=broken_build("0.9.1", "hangs", "agent/runtime.py", HANG_AT_START),
-        never_connects=broken_build("0.9.2", "never", "agent/session.py", NEVER_CONNECTS),
-        crashes=broken_build("0.9.3", "crashes", "agent/runtime.py", CRASHES),
+        hangs=broken_build(
+            "0.9.1",
+            "hangs",
+            ("agent/runtime.py", HANG_AT_START),
+            ("agent/selfupdate/trial.py", HANG_TRIAL_AT_START),
+        ),
+        never_connects=broken_build("0.9.2", "never", ("agent/session.py", NEVER_CONNECTS)),
+        crashes=broken_build("0.9.3", "crashes", ("agent/runtime.py", CRASHES)),
     )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.signatures import SigningPublicKey
+from agent.selfupdate.signatures import SigningPublicKey
 from tests.agent.agent_testkit import Builds, build_agent, build_script, make_signing_key
 
 

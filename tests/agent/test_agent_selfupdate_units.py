@@ -13,18 +13,12 @@ from pathlib import Path
 import pytest
 
 from agent.errors import ConfigError
-from agent.handover import (
-    MarkerStore,
-    Phase,
-    StartDecision,
-    UpdateMarker,
-    decide_at_start,
-    new_marker,
-)
 from agent.httpclient import DownloadTooLargeError, HttpRequest, UrllibTransport
-from agent.program import FileOperationError, ProgramFiles, go_strerror
-from agent.selfupdate import SelfUpdater
-from agent.signatures import SigningPublicKey, load_signing_key
+from agent.selfupdate.handler import SelfUpdater
+from agent.selfupdate.marker import MarkerStore, Phase, UpdateMarker, new_marker
+from agent.selfupdate.probation import StartDecision, decide_at_start
+from agent.selfupdate.program import FileOperationError, ProgramFiles, go_strerror
+from agent.selfupdate.signatures import SigningPublicKey, load_signing_key
 from contracts.agent_types import AgentType
 from contracts.messages import Command, CommandKind, CommandStatus
 from tests.agent.agent_testkit import ArtifactServer, Builds
@@ -210,7 +204,7 @@ def test_new_build_started_twice_is_a_crash_and_restores_the_old_one(tmp_path: P
 def test_old_build_after_a_rollback_reports_the_error(tmp_path: Path) -> None:
     marker, _ = marker_in(tmp_path, Phase.ROLLED_BACK, error="it broke; restored 0.8.0")
     decision = decide(tmp_path, marker, "0.8.0")
-    assert decision.failure == "it broke; restored 0.8.0"
+    assert decision.failure is not None and decision.failure.text == "it broke; restored 0.8.0"
     assert decision.remove_marker
 
 

@@ -147,7 +147,7 @@ def test_the_node_agent_never_loads_the_kubernetes_client(tmp_path: Path) -> Non
 import sys
 from agent.cli import app
 from agent.runtime import AgentRuntime
-from agent.collectors import default_collectors
+from agent.collector_factory import default_collectors
 from agent.settings import AgentSettings
 from tests.agent.agent_testkit import make_state
 from contracts.agent_types import AgentType

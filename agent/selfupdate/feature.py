@@ -1,0 +1,117 @@
+"""What an agent process holds of ``self_update``: whether it can, what it settles at start, the
+command handler, and the probation watch after a hand-over.
+
+:class:`AgentRuntime <agent.runtime.AgentRuntime>` owns the lifecycle and asks this for the
+rest. The handler's updater (:mod:`agent.selfupdate.handler`: download, trial, install) is
+imported on the first ``self_update`` only: most agents never update, and its imports cost
+resident memory. It is loaded before the program file is touched, which matters: once the
+zipapp on disk is swapped, this process must not import from it again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from agent.commands import CommandDispatcher, CommandLedger, Handler, Outcome
+from agent.health import Readiness
+from agent.selfupdate.failures import failure_fields
+from agent.selfupdate.handover import ExecRequest
+from agent.selfupdate.marker import MarkerStore
+from agent.selfupdate.probation import Probation, settle_at_start, watch
+from agent.selfupdate.program import ProgramFiles, running_program, self_update_blocker
+from agent.selfupdate.signatures import load_signing_key
+from agent.settings import AgentSettings
+from contracts.messages import Command
+
+if TYPE_CHECKING:
+    from agent.selfupdate.handler import SelfUpdater
+
+__all__ = ["SelfUpdateFeature"]
+
+log = logging.getLogger(__name__)
+
+
+class SelfUpdateFeature:
+    """``self_update`` for one agent process; a signing key that is set but unusable raises
+    :class:`~agent.errors.ConfigError` here, at start."""
+
+    def __init__(
+        self, settings: AgentSettings, *, version: str, files: ProgramFiles | None = None
+    ) -> None:
+        self.settings = settings
+        self.version = version
+        self.signing_key = load_signing_key(
+            settings.signing_public_key, settings.signing_public_key_file
+        )
+        self.program = settings.program_path or running_program()
+        self.blocker = self_update_blocker(
+            settings.agent_type, self.program, signing_key=self.signing_key is not None
+        )
+        self.files = files or ProgramFiles()
+        self.markers = MarkerStore(settings.data_dir)
+        self._probation: Probation | None = None
+        self._updater: SelfUpdater | None = None
+
+    @property
+    def possible(self) -> bool:
+        return self.blocker is None
+
+    def settle(self, ledger: CommandLedger) -> ExecRequest | None:
+        """Load ``ledger``, settling what the previous build left; the build to exec now, if
+        any (this one is not to serve)."""
+        request, self._probation = settle_at_start(
+            ledger, version=self.version, markers=self.markers, files=self.files
+        )
+        return request
+
+    def handler(self, hand_over: Callable[[ExecRequest], None]) -> Handler:
+        """``self_update``: a result now (rejected, failed, nothing to do), or a hand-over."""
+
+        async def self_update(command: Command) -> Outcome:
+            outcome = await self.updater().run(command)
+            if outcome.status is None:
+                request = outcome.exec_request
+                assert request is not None
+                return Outcome(None, after=lambda: hand_over(request))
+            if outcome.failure is not None:
+                fields = failure_fields(outcome.failure)
+                return Outcome(outcome.status, detail=outcome.detail or {}, **fields)
+            return Outcome(outcome.status, error=outcome.error, detail=outcome.detail or {})
+
+        return self_update
+
+    def updater(self) -> SelfUpdater:
+        if self._updater is None:
+            from agent.selfupdate.handler import SelfUpdater
+
+            s = self.settings
+            self._updater = SelfUpdater(
+                agent_type=s.agent_type,
+                version=self.version,
+                data_dir=s.data_dir,
+                signing_key=self.signing_key,
+                program=self.program,
+                health_timeout=s.update_health_timeout,
+                files=self.files,
+            )
+        return self._updater
+
+    def probation_watch(
+        self,
+        readiness: Readiness,
+        dispatcher: CommandDispatcher,
+        hand_over: Callable[[ExecRequest], None],
+    ) -> Coroutine[Any, Any, None] | None:
+        """The watch over this build's probation after a hand-over, or ``None`` (no probation)."""
+        if self._probation is None:
+            return None
+        return watch(
+            self._probation,
+            readiness=readiness,
+            dispatcher=dispatcher,
+            markers=self.markers,
+            files=self.files,
+            hand_over=hand_over,
+        )
