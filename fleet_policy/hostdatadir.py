@@ -164,37 +164,44 @@ def _classify(node: MigrationNode, window: float) -> MigrationRow:
             f"{len(monitors)} {NODE_MONITOR_TYPE} records ({ids}); enrollment keeps one per "
             "environment and name, so pass one environment's records",
         )
-    wait = _window_text(window)
-
-    def row(
-        node_class: NodeClass,
-        action: str,
-        agent_id: AgentId | None = None,
-        reasons: tuple[ReleaseReason, ...] = (),
-        releasable: bool = True,
-    ) -> MigrationRow:
-        return MigrationRow(
-            node=node.name,
-            node_class=node_class,
-            agent_id=agent_id,
-            reasons=reasons,
-            host_agent_running=node.host_agent_running,
-            host_identity_readable=node.host_identity_readable,
-            action=action,
-            releasable=releasable,
-        )
-
     if not monitors:
         if node.host_agent_running:
-            return row(
+            return _row(
+                node,
                 NodeClass.HOST_AGENT_PRESENT,
                 f"none: enrolls as {NODE_MONITOR_TYPE} under a free name",
             )
-        return row(NodeClass.FRESH, "none: enrolls a new record")
+        return _row(node, NodeClass.FRESH, "none: enrolls a new record")
+    return _classify_record(node, monitors[0], window)
 
-    record = monitors[0]
+
+def _row(
+    node: MigrationNode,
+    node_class: NodeClass,
+    action: str,
+    agent_id: AgentId | None = None,
+    reasons: tuple[ReleaseReason, ...] = (),
+    releasable: bool = True,
+) -> MigrationRow:
+    return MigrationRow(
+        node=node.name,
+        node_class=node_class,
+        agent_id=agent_id,
+        reasons=reasons,
+        host_agent_running=node.host_agent_running,
+        host_identity_readable=node.host_identity_readable,
+        action=action,
+        releasable=releasable,
+    )
+
+
+def _classify_record(node: MigrationNode, record: AgentRecord, window: float) -> MigrationRow:
+    """The row of a node whose name a node-monitor record holds."""
+    wait = _window_text(window)
+
     if record.released and not record.revoked:
-        return row(
+        return _row(
+            node,
             NodeClass.REBIND_POSSIBLE,
             f"none: {record.agent_id} is released; the pod re-binds to it",
             agent_id=record.agent_id,
@@ -214,7 +221,8 @@ def _classify(node: MigrationNode, window: float) -> MigrationRow:
     reasons = sorted((_RELEASE_REASONS[r] for r in refusals), key=list(ReleaseReason).index)
 
     if not reasons:
-        return row(
+        return _row(
+            node,
             NodeClass.REBIND_POSSIBLE,
             f"none: re-binds to {record.agent_id} once it has been quiet for {wait}",
             agent_id=record.agent_id,
@@ -232,7 +240,8 @@ def _classify(node: MigrationNode, window: float) -> MigrationRow:
     else:
         action = f"release {record.agent_id} once it has been quiet for {wait}; the pod re-binds"
     blocking = {ReleaseReason.REVOKED, ReleaseReason.NOT_QUIET}
-    return row(
+    return _row(
+        node,
         NodeClass.NEEDS_RELEASE,
         action,
         agent_id=record.agent_id,

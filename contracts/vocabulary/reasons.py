@@ -65,6 +65,11 @@ class ErrorReason(StrEnum):
     NO_AUDIT = "no_audit"
     NO_SUCH_ACTION = "no_such_action"
     NO_SUCH_DECISION = "no_such_decision"
+    # --- the web pages (error pages, sign-in redirects) --------------------------- 400/401/403/415
+    SIGNED_OUT = "signed_out"
+    CSRF_FAILED = "csrf_failed"
+    UNSUPPORTED_FORM = "unsupported_form"
+    MALFORMED_FORM = "malformed_form"
 
 
 ENROLLMENT_CONFLICTS: frozenset[ErrorReason] = frozenset(
