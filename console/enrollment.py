@@ -29,7 +29,8 @@ from console.core.secrets import evidence_hash, token_hash
 from console.core.signatures import SignatureError, verify
 from console.errors import BadRequestError, ConflictError, UnauthorizedError
 from console.models import Agent, AgentEvent, AgentEvidence, InstallToken, NatsRevocation
-from contracts.enrollment import ConflictReason, EnrollRequest, IdentitySignals, enrollment_message
+from contracts.enrollment import EnrollRequest, IdentitySignals, enrollment_message
+from contracts.vocabulary import ErrorReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +160,7 @@ def add_event(session: Session, agent_id: str, kind: str, message: str, **detail
 class EnrollmentConflictError(ConflictError):
     """409, carrying the record that holds the name so the caller can record the clash."""
 
-    def __init__(self, reason: ConflictReason, message: str, *, agent_id: str) -> None:
+    def __init__(self, reason: ErrorReason, message: str, *, agent_id: str) -> None:
         super().__init__(reason.value, message, agent_id=agent_id)
         self.conflict_reason = reason
 
@@ -171,7 +172,7 @@ def _decide_conflict(
     label = f"{agent.agent_type} {agent.name!r}"
     if agent.revoked_at is not None:
         return EnrollmentConflictError(
-            ConflictReason.AGENT_REVOKED,
+            ErrorReason.AGENT_REVOKED,
             f"{label} is held by revoked agent {agent.id}; a revoked identity is never re-bound",
             agent_id=agent.id,
         )
@@ -180,7 +181,7 @@ def _decide_conflict(
     quiet_for = (now - seen_at(agent)).total_seconds()
     if quiet_for <= quiet_seconds:
         return EnrollmentConflictError(
-            ConflictReason.NAME_IN_USE,
+            ErrorReason.NAME_IN_USE,
             f"{label} is held by agent {agent.id}, seen {quiet_for:.0f} s ago (within the "
             f"{quiet_seconds:g} s quiet window): another live process holds this identity",
             agent_id=agent.id,
@@ -188,14 +189,14 @@ def _decide_conflict(
     has_evidence, matches = _evidence_matches(session, agent.id, req.signals)
     if not has_evidence:
         return EnrollmentConflictError(
-            ConflictReason.NO_IDENTITY_EVIDENCE,
+            ErrorReason.NO_IDENTITY_EVIDENCE,
             f"{label} is held by agent {agent.id}, which carries no identity evidence to match: "
             "free it with POST /api/v1/fleet/agents/{agentID}/release-identity",
             agent_id=agent.id,
         )
     if not matches:
         return EnrollmentConflictError(
-            ConflictReason.IDENTITY_MISMATCH,
+            ErrorReason.IDENTITY_MISMATCH,
             f"{label} is held by agent {agent.id}; this machine presents no identity signal "
             "(machine-id, DMI product uuid) the record carries",
             agent_id=agent.id,
@@ -252,7 +253,7 @@ def enroll(
         except IntegrityError as exc:
             session.rollback()
             raise ConflictError(
-                ConflictReason.NAME_IN_USE.value,
+                ErrorReason.NAME_IN_USE.value,
                 f"{req.agent_type.value} {req.name!r} was enrolled by another request just now",
             ) from exc
         record_evidence(

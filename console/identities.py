@@ -12,7 +12,8 @@ from console.core.signatures import SignatureError, verify
 from console.enrollment import add_event, record_evidence, revoke_key, seen_at
 from console.errors import BadRequestError, ConflictError, NotFoundError, UnauthorizedError
 from console.models import Agent, CredentialRotation
-from contracts.enrollment import ReleaseRefusal, RotationProof, rotation_message
+from contracts.enrollment import RotationProof, rotation_message
+from contracts.vocabulary import ErrorReason
 
 
 def release_identity(
@@ -22,14 +23,14 @@ def release_identity(
     now = now or utcnow()
     if agent.revoked_at is not None:
         raise ConflictError(
-            ReleaseRefusal.AGENT_REVOKED.value,
+            ErrorReason.AGENT_REVOKED.value,
             f"agent {agent.id} is revoked: a revoked identity is never released",
             agent_id=agent.id,
         )
     quiet_for = (now - seen_at(agent)).total_seconds()
     if agent.nats_public_key is not None and quiet_for <= quiet_seconds:
         raise ConflictError(
-            ReleaseRefusal.AGENT_RECENTLY_SEEN.value,
+            ErrorReason.AGENT_RECENTLY_SEEN.value,
             f"agent {agent.id} was seen {quiet_for:.0f} s ago, within the {quiet_seconds:g} s "
             "quiet window: a live agent's name is never freed underneath it",
             agent_id=agent.id,

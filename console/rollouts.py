@@ -34,9 +34,9 @@ from contracts.rollouts import (
     RolloutCreate,
     RolloutPublic,
     TargetPublic,
-    TargetStatus,
     WavePublic,
 )
+from contracts.vocabulary import TargetStatus
 from fleet_policy import (
     AgentId,
     AgentSnapshot,

@@ -6,6 +6,8 @@ from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from contracts.vocabulary import AgentFlag, AgentStatus
+
 
 class Scope(StrEnum):
     AGENTS_READ = "agents:read"
@@ -84,22 +86,6 @@ class ApiTokenPublic(BaseModel):
 
 class ApiTokenCreated(ApiTokenPublic):
     token: str
-
-
-class AgentStatus(StrEnum):
-    ONLINE = "online"
-    OFFLINE = "offline"
-    RELEASED = "released"
-    REVOKED = "revoked"
-
-
-class AgentFlag(StrEnum):
-    SHARED_IDENTITY = "shared_identity"
-    VERSION_FLAPPING = "version_flapping"
-    ENROLLMENT_CONFLICT = "enrollment_conflict"
-    NO_IDENTITY_EVIDENCE = "no_identity_evidence"
-    CANNOT_SELF_UPDATE = "cannot_self_update"
-    REFUSED_STILL_CONNECTING = "refused_still_connecting"
 
 
 class AgentPublic(BaseModel):

@@ -9,14 +9,8 @@ from sqlmodel import Session, col, select
 
 from console.core.clock import utcnow
 from console.models import Agent, AgentEvent, AgentEvidence, InstallToken, NatsRevocation
-from console.schemas import (
-    AgentDetail,
-    AgentEventPublic,
-    AgentFlag,
-    AgentPublic,
-    AgentStatus,
-    InstallTokenPublic,
-)
+from console.schemas import AgentDetail, AgentEventPublic, AgentPublic, InstallTokenPublic
+from contracts.vocabulary import AgentFlag, AgentStatus
 
 
 def agent_status(agent: Agent, *, stale_seconds: float, now: datetime) -> AgentStatus:

@@ -1,9 +1,5 @@
-"""The kinds of agent the Console enrolls."""
+"""The kinds of agent the Console enrolls (defined in :mod:`contracts.vocabulary.agents`)."""
 
-from enum import StrEnum
+from contracts.vocabulary.agents import AgentType
 
-
-class AgentType(StrEnum):
-    HOST = "host"
-    K8S_NODE_MONITOR = "k8s-node-monitor"
-    K8S_CLUSTER_COLLECTOR = "k8s-cluster-collector"
+__all__ = ["AgentType"]

@@ -7,12 +7,11 @@ a timestamp window, so a captured request cannot be replayed later.
 """
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from contracts.agent_types import AgentType
+from contracts.vocabulary.agents import AgentType
 
 Name = Annotated[
     str,
@@ -77,22 +76,11 @@ class EnrollResponse(BaseModel):
     rebound: bool = Field(description="True when this enrollment re-bound an existing record")
 
 
-class ConflictReason(StrEnum):
-    """Why an enrollment answered 409; the body's ``reason`` field carries one of these."""
-
-    NAME_IN_USE = "name_in_use"
-    NO_IDENTITY_EVIDENCE = "no_identity_evidence"
-    IDENTITY_MISMATCH = "identity_mismatch"
-    AGENT_REVOKED = "agent_revoked"
-
-
-class ReleaseRefusal(StrEnum):
-    AGENT_REVOKED = "agent_revoked"
-    AGENT_RECENTLY_SEEN = "agent_recently_seen"
-
-
 class ErrorBody(BaseModel):
-    """Every 4xx the Console answers: a stable ``reason`` for machines, ``message`` for people."""
+    """Every 4xx the Console answers: a stable ``reason`` for machines, ``message`` for people.
+
+    ``reason`` is one of :class:`contracts.vocabulary.ErrorReason`; it stays a string so that a
+    reason added by a newer Console still parses."""
 
     reason: str
     message: str

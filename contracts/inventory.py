@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.vocabulary.inventory import InventoryProblemKind
+
 CHUNK_OVERHEAD = 512  # room for the header line
 DEFAULT_CHUNK_BYTES = 256 * 1024
 
@@ -28,6 +30,17 @@ class ObjectSummary(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     status: str | None = None
     detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class InventoryProblem(BaseModel):
+    """A kind the sync could not read, as a fact: ``resource`` is the kind's plural
+    (``rollouts``), ``message`` the same prose as the matching line of ``errors``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    kind: InventoryProblemKind
+    resource: str = Field(max_length=253)
+    message: str = Field(max_length=4096)
 
 
 class InventorySnapshot(BaseModel):
@@ -46,6 +59,10 @@ class InventorySnapshot(BaseModel):
     excluded_namespaces: list[str] = Field(default_factory=list)
     errors: list[str] = Field(
         default_factory=list, description="kinds that could not be read, e.g. forbidden rollouts"
+    )
+    problems: list[InventoryProblem] | None = Field(
+        default=None,
+        description="``errors`` as facts, one per kind; None from agents that do not send it yet",
     )
 
 

@@ -1,12 +1,12 @@
 """Messages on NATS: heartbeats, metrics, commands and their results."""
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.agent_types import AgentType
+from contracts.vocabulary.agents import AgentType
+from contracts.vocabulary.commands import CommandFailureKind, CommandKind, CommandStatus
 
 
 class Heartbeat(BaseModel):
@@ -41,12 +41,6 @@ class HostMetrics(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
-class CommandKind(StrEnum):
-    ROTATE_CREDENTIALS = "rotate_credentials"
-    SELF_UPDATE = "self_update"
-    PING = "ping"
-
-
 class Command(BaseModel):
     """Sent on ``proxima.cmd.<agent_id>``. ``command_id`` makes redelivery harmless."""
 
@@ -58,13 +52,6 @@ class Command(BaseModel):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
-class CommandStatus(StrEnum):
-    ACCEPTED = "accepted"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    REJECTED = "rejected"
-
-
 class CommandResult(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -74,4 +61,20 @@ class CommandResult(BaseModel):
     status: CommandStatus
     finished_at: datetime
     error: str | None = None
+    failure_kind: CommandFailureKind | None = Field(
+        default=None,
+        description="Why it was rejected or failed, as a fact (``error`` is the prose); None from "
+        "agents that do not send it yet",
+    )
     detail: dict[str, Any] = Field(default_factory=dict)
+
+
+__all__ = [
+    "Command",
+    "CommandFailureKind",
+    "CommandKind",
+    "CommandResult",
+    "CommandStatus",
+    "Heartbeat",
+    "HostMetrics",
+]

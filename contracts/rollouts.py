@@ -10,7 +10,20 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from contracts.agent_types import AgentType
+from contracts.vocabulary.agents import AgentType
+from contracts.vocabulary.rollouts import (
+    DEFAULT_CANARY_SIZE,
+    DEFAULT_FAILURE_TYPE,
+    DEFAULT_MIN_EXECUTED,
+    DEFAULT_THRESHOLD_ACTION,
+    DEFAULT_THRESHOLD_PERCENT,
+    DEFAULT_WAVE_PERCENTAGES,
+    DEFAULT_WAVE_TIMEOUT_SECONDS,
+    FailureType,
+    RolloutState,
+    TargetStatus,
+    ThresholdAction,
+)
 
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
@@ -39,9 +52,9 @@ class SelectorSpec(BaseModel):
 class WaveSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    canary_size: Annotated[int, Field(ge=1, le=10_000)] = 1
+    canary_size: Annotated[int, Field(ge=1, le=10_000)] = DEFAULT_CANARY_SIZE
     percentages: list[Annotated[float, Field(gt=0, le=100)]] | None = Field(
-        default_factory=lambda: [1.0, 10.0, 50.0, 100.0],
+        default_factory=lambda: list(DEFAULT_WAVE_PERCENTAGES),
         description="cumulative percent of the eligible set after each growth wave",
     )
     growth_factor: Annotated[float, Field(gt=1, le=100)] | None = None
@@ -54,21 +67,14 @@ class WaveSpec(BaseModel):
         return self
 
 
-class FailureTypeName(StrEnum):
-    FAILED = "failed"
-    TIMED_OUT = "timed_out"
-    REJECTED = "rejected"
-    ANY = "any"
-
-
 class CriterionSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    failure_type: FailureTypeName = FailureTypeName.ANY
+    failure_type: FailureType = DEFAULT_FAILURE_TYPE
     threshold_count: Annotated[int, Field(ge=1)] | None = None
     threshold_percent: Annotated[float, Field(gt=0, le=100)] | None = None
-    min_executed: Annotated[int, Field(ge=0)] = 1
-    action: Annotated[str, StringConstraints(pattern=r"^(stall|abort)$")] = "stall"
+    min_executed: Annotated[int, Field(ge=0)] = DEFAULT_MIN_EXECUTED
+    action: ThresholdAction = DEFAULT_THRESHOLD_ACTION
 
     @model_validator(mode="after")
     def _has_threshold(self) -> "CriterionSpec":
@@ -85,36 +91,13 @@ class RolloutCreate(BaseModel):
     selector: SelectorSpec = Field(default_factory=SelectorSpec)
     waves: WaveSpec = Field(default_factory=WaveSpec)
     criteria: list[CriterionSpec] = Field(
-        default_factory=lambda: [CriterionSpec(threshold_percent=10.0, min_executed=1)]
+        default_factory=lambda: [CriterionSpec(threshold_percent=DEFAULT_THRESHOLD_PERCENT)]
     )
-    wave_timeout_seconds: Annotated[float, Field(gt=0, le=86400)] = 300.0
+    wave_timeout_seconds: Annotated[float, Field(gt=0, le=86400)] = DEFAULT_WAVE_TIMEOUT_SECONDS
     seed: Annotated[str, StringConstraints(max_length=64)] | None = None
     start_flow: bool = Field(
         default=True, description="start the fleet-rollout Prefect deployment for it"
     )
-
-
-class RolloutStateName(StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    STALLED = "stalled"
-    PAUSED = "paused"
-    ABORTED = "aborted"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-
-
-class TargetStatus(StrEnum):
-    PENDING = "pending"
-    DISPATCHED = "dispatched"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    TIMED_OUT = "timed_out"
-    REJECTED = "rejected"
-
-    @property
-    def final(self) -> bool:
-        return self not in (TargetStatus.PENDING, TargetStatus.DISPATCHED)
 
 
 class TargetPublic(BaseModel):
@@ -152,7 +135,7 @@ class RolloutPublic(BaseModel):
     environment_id: str
     target_version: str
     artifact: ArtifactRef
-    state: RolloutStateName
+    state: RolloutState
     state_reason: str | None
     created_at: datetime
     started_at: datetime | None

@@ -1,4 +1,4 @@
-"""Pure rollout and migration decisions: no I/O, stdlib only.
+"""Pure decisions: no I/O, stdlib only (plus the stdlib-only ``contracts.vocabulary``).
 
 The Console and the flows feed it snapshots and get back plans, decisions and new states:
 
@@ -6,12 +6,22 @@ The Console and the flows feed it snapshots and get back plans, decisions and ne
 - :mod:`~fleet_policy.waves`: canary and growth waves, deterministic per seed;
 - :mod:`~fleet_policy.thresholds`: IoT-Jobs-style failure criteria and the decision they make;
 - :mod:`~fleet_policy.states`: the rollout state machine;
+- :mod:`~fleet_policy.defaults`: the one default rollout policy;
+- :mod:`~fleet_policy.identities`: enroll / re-bind / release, online, the quiet window;
 - :mod:`~fleet_policy.hostdatadir`: the ``hostDataDir`` migration plan per node;
 - :mod:`~fleet_policy.versions`: semver-ish versions and ranges.
 
 Semantics and worked examples: ``docs/fleet-policy.md``.
 """
 
+from contracts.vocabulary.rollouts import FailureType, ThresholdAction
+from fleet_policy.defaults import (
+    DEFAULT_CRITERION,
+    DEFAULT_ROLLOUT_POLICY,
+    DEFAULT_THRESHOLD_POLICY,
+    DEFAULT_WAVE_POLICY,
+    RolloutPolicy,
+)
 from fleet_policy.eligibility import (
     CLUSTER_LABEL,
     CONTAINER_AGENT_TYPES,
@@ -34,7 +44,6 @@ from fleet_policy.errors import (
     WavePolicyError,
 )
 from fleet_policy.hostdatadir import (
-    DEFAULT_QUIET_WINDOW_SECONDS,
     NODE_MONITOR_TYPE,
     AgentRecord,
     MigrationNode,
@@ -43,6 +52,21 @@ from fleet_policy.hostdatadir import (
     NodeClass,
     ReleaseReason,
     plan_hostdatadir_migration,
+)
+from fleet_policy.identities import (
+    DEFAULT_QUIET_WINDOW_SECONDS,
+    DEFAULT_STALE_AFTER_SECONDS,
+    EnrollmentAction,
+    EnrollmentClaim,
+    EnrollmentDecision,
+    HeldRecord,
+    RebindHow,
+    ReleaseDecision,
+    agent_status,
+    decide_enrollment,
+    decide_release,
+    is_online,
+    is_quiet,
 )
 from fleet_policy.ids import AgentId, EnvironmentId, NodeName
 from fleet_policy.states import (
@@ -57,13 +81,10 @@ from fleet_policy.states import (
     next_state,
 )
 from fleet_policy.thresholds import (
-    DEFAULT_THRESHOLD_POLICY,
     FailureCriterion,
-    FailureType,
     Measure,
     Outcome,
     ResultCounts,
-    ThresholdAction,
     ThresholdDecision,
     ThresholdPolicy,
     Trip,
@@ -94,8 +115,12 @@ __all__ = [
     "ANY_VERSION",
     "CLUSTER_LABEL",
     "CONTAINER_AGENT_TYPES",
+    "DEFAULT_CRITERION",
     "DEFAULT_QUIET_WINDOW_SECONDS",
+    "DEFAULT_ROLLOUT_POLICY",
+    "DEFAULT_STALE_AFTER_SECONDS",
     "DEFAULT_THRESHOLD_POLICY",
+    "DEFAULT_WAVE_POLICY",
     "EVENT_TARGETS",
     "LEGAL_EVENTS",
     "NODE_MONITOR_TYPE",
@@ -106,6 +131,9 @@ __all__ = [
     "Comparison",
     "DuplicateAgentError",
     "EligibilityReport",
+    "EnrollmentAction",
+    "EnrollmentClaim",
+    "EnrollmentDecision",
     "EnvironmentId",
     "EventKind",
     "Exclusion",
@@ -113,6 +141,7 @@ __all__ = [
     "FactorGrowth",
     "FailureCriterion",
     "FailureType",
+    "HeldRecord",
     "IllegalTransitionError",
     "InvalidPolicyError",
     "Measure",
@@ -124,9 +153,12 @@ __all__ = [
     "NodeName",
     "Outcome",
     "PercentGrowth",
+    "RebindHow",
+    "ReleaseDecision",
     "ReleaseReason",
     "ResultCounts",
     "RolloutEvent",
+    "RolloutPolicy",
     "RolloutPolicyError",
     "RolloutState",
     "RolloutStatus",
@@ -147,8 +179,13 @@ __all__ = [
     "WavePlan",
     "WavePolicy",
     "WavePolicyError",
+    "agent_status",
+    "decide_enrollment",
+    "decide_release",
     "evaluate_eligibility",
     "evaluate_thresholds",
+    "is_online",
+    "is_quiet",
     "next_state",
     "parse_version",
     "parse_version_range",

@@ -22,11 +22,25 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from contracts.vocabulary.agents import AgentType
+from contracts.vocabulary.reasons import ErrorReason
 from fleet_policy.errors import MigrationInputError
+from fleet_policy.identities import DEFAULT_QUIET_WINDOW_SECONDS, is_quiet, rebind_refusals
 from fleet_policy.ids import AgentId, NodeName
 
-NODE_MONITOR_TYPE = "k8s-node-monitor"
-DEFAULT_QUIET_WINDOW_SECONDS = 300.0
+__all__ = [
+    "DEFAULT_QUIET_WINDOW_SECONDS",
+    "NODE_MONITOR_TYPE",
+    "AgentRecord",
+    "MigrationNode",
+    "MigrationPlan",
+    "MigrationRow",
+    "NodeClass",
+    "ReleaseReason",
+    "plan_hostdatadir_migration",
+]
+
+NODE_MONITOR_TYPE = AgentType.K8S_NODE_MONITOR.value
 
 
 class NodeClass(StrEnum):
@@ -46,6 +60,16 @@ class ReleaseReason(StrEnum):
     NO_EVIDENCE = "no_evidence"
 
 
+_RELEASE_REASONS = {
+    ErrorReason.AGENT_REVOKED: ReleaseReason.REVOKED,
+    ErrorReason.NAME_IN_USE: ReleaseReason.NOT_QUIET,
+    ErrorReason.IDENTITY_MISMATCH: ReleaseReason.NO_HOST_IDENTITY,
+    ErrorReason.NO_IDENTITY_EVIDENCE: ReleaseReason.NO_EVIDENCE,
+}
+"""The enrollment refusal each plan reason predicts (the pod presents the host's signals only
+when it can read the host identity)."""
+
+
 @dataclass(frozen=True)
 class AgentRecord:
     """A Console record held under a node's name. ``last_seen_age_seconds`` is ``None`` for a
@@ -57,6 +81,8 @@ class AgentRecord:
     has_identity_evidence: bool
     revoked: bool = False
     shared_identity: bool = False
+    released: bool = False
+    """Holds no key (release-identity freed it): the next enrollment re-binds it."""
 
 
 @dataclass(frozen=True)
@@ -129,11 +155,6 @@ def _window_text(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def _is_quiet(record: AgentRecord, window: float) -> bool:
-    # The design's rule: quiet means not seen for *more* than the window.
-    return record.last_seen_age_seconds is None or record.last_seen_age_seconds > window
-
-
 def _classify(node: MigrationNode, window: float) -> MigrationRow:
     monitors = [r for r in node.records if r.agent_type == NODE_MONITOR_TYPE]
     if len(monitors) > 1:
@@ -143,53 +164,65 @@ def _classify(node: MigrationNode, window: float) -> MigrationRow:
             f"{len(monitors)} {NODE_MONITOR_TYPE} records ({ids}); enrollment keeps one per "
             "environment and name, so pass one environment's records",
         )
-    wait = _window_text(window)
-
-    def row(
-        node_class: NodeClass,
-        action: str,
-        agent_id: AgentId | None = None,
-        reasons: tuple[ReleaseReason, ...] = (),
-        releasable: bool = True,
-    ) -> MigrationRow:
-        return MigrationRow(
-            node=node.name,
-            node_class=node_class,
-            agent_id=agent_id,
-            reasons=reasons,
-            host_agent_running=node.host_agent_running,
-            host_identity_readable=node.host_identity_readable,
-            action=action,
-            releasable=releasable,
-        )
-
     if not monitors:
         if node.host_agent_running:
-            return row(
+            return _row(
+                node,
                 NodeClass.HOST_AGENT_PRESENT,
                 f"none: enrolls as {NODE_MONITOR_TYPE} under a free name",
             )
-        return row(NodeClass.FRESH, "none: enrolls a new record")
+        return _row(node, NodeClass.FRESH, "none: enrolls a new record")
+    return _classify_record(node, monitors[0], window)
 
-    record = monitors[0]
+
+def _row(
+    node: MigrationNode,
+    node_class: NodeClass,
+    action: str,
+    agent_id: AgentId | None = None,
+    reasons: tuple[ReleaseReason, ...] = (),
+    releasable: bool = True,
+) -> MigrationRow:
+    return MigrationRow(
+        node=node.name,
+        node_class=node_class,
+        agent_id=agent_id,
+        reasons=reasons,
+        host_agent_running=node.host_agent_running,
+        host_identity_readable=node.host_identity_readable,
+        action=action,
+        releasable=releasable,
+    )
+
+
+def _classify_record(node: MigrationNode, record: AgentRecord, window: float) -> MigrationRow:
+    """The row of a node whose name a node-monitor record holds."""
+    wait = _window_text(window)
+
+    if record.released and not record.revoked:
+        return _row(
+            node,
+            NodeClass.REBIND_POSSIBLE,
+            f"none: {record.agent_id} is released; the pod re-binds to it",
+            agent_id=record.agent_id,
+        )
     # On a DaemonSet-only node the pod itself is what keeps the record alive, and it stops
     # when it moves. Where a host agent runs, the pod was on the host's identity, so anything
     # recently seen as the node-monitor record is a second live process.
     will_be_quiet = not record.shared_identity and (
-        _is_quiet(record, window) or not node.host_agent_running
+        is_quiet(record.last_seen_age_seconds, window) or not node.host_agent_running
     )
-    reasons: list[ReleaseReason] = []
-    if record.revoked:
-        reasons.append(ReleaseReason.REVOKED)
-    if not will_be_quiet:
-        reasons.append(ReleaseReason.NOT_QUIET)
-    if not node.host_identity_readable:
-        reasons.append(ReleaseReason.NO_HOST_IDENTITY)
-    if not record.has_identity_evidence:
-        reasons.append(ReleaseReason.NO_EVIDENCE)
+    refusals = rebind_refusals(
+        revoked=record.revoked,
+        quiet=will_be_quiet,
+        has_evidence=record.has_identity_evidence,
+        signals_match=node.host_identity_readable,
+    )
+    reasons = sorted((_RELEASE_REASONS[r] for r in refusals), key=list(ReleaseReason).index)
 
     if not reasons:
-        return row(
+        return _row(
+            node,
             NodeClass.REBIND_POSSIBLE,
             f"none: re-binds to {record.agent_id} once it has been quiet for {wait}",
             agent_id=record.agent_id,
@@ -207,7 +240,8 @@ def _classify(node: MigrationNode, window: float) -> MigrationRow:
     else:
         action = f"release {record.agent_id} once it has been quiet for {wait}; the pod re-binds"
     blocking = {ReleaseReason.REVOKED, ReleaseReason.NOT_QUIET}
-    return row(
+    return _row(
+        node,
         NodeClass.NEEDS_RELEASE,
         action,
         agent_id=record.agent_id,

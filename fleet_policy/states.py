@@ -29,17 +29,20 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
+from contracts.vocabulary.rollouts import RolloutState
 from fleet_policy.errors import IllegalTransitionError
 
-
-class RolloutState(StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    STALLED = "stalled"
-    PAUSED = "paused"
-    ABORTED = "aborted"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
+__all__ = [
+    "EVENT_TARGETS",
+    "LEGAL_EVENTS",
+    "TERMINAL_STATES",
+    "EventKind",
+    "RolloutEvent",
+    "RolloutState",
+    "RolloutStatus",
+    "Transition",
+    "next_state",
+]
 
 
 class EventKind(StrEnum):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
 
+from contracts.vocabulary.rollouts import DEFAULT_MIN_EXECUTED, FailureType, ThresholdAction
 from fleet_policy.errors import ThresholdPolicyError
 from fleet_policy.states import RolloutEvent
 
@@ -28,24 +29,6 @@ class Outcome(StrEnum):
     FAILED = "failed"
     TIMED_OUT = "timed_out"
     REJECTED = "rejected"
-
-
-class FailureType(StrEnum):
-    FAILED = "failed"
-    TIMED_OUT = "timed_out"
-    REJECTED = "rejected"
-    ANY = "any"
-
-    def includes(self, outcome: Outcome) -> bool:
-        """Whether ``outcome`` is a failure of this type."""
-        if outcome is Outcome.SUCCEEDED:
-            return False
-        return self is FailureType.ANY or self.value == outcome.value
-
-
-class ThresholdAction(StrEnum):
-    STALL = "stall"
-    ABORT = "abort"
 
 
 class Measure(StrEnum):
@@ -117,7 +100,7 @@ class FailureCriterion:
     failure_type: FailureType = FailureType.ANY
     threshold_count: int | None = None
     threshold_percent: float | None = None
-    min_executed: int = 0
+    min_executed: int = DEFAULT_MIN_EXECUTED
     action: ThresholdAction = ThresholdAction.STALL
 
     def __post_init__(self) -> None:
@@ -155,12 +138,6 @@ class ThresholdPolicy:
     """No criteria: the rollout never stops itself."""
 
     criteria: tuple[FailureCriterion, ...] = ()
-
-
-DEFAULT_THRESHOLD_POLICY = ThresholdPolicy(
-    criteria=(FailureCriterion(failure_type=FailureType.ANY, threshold_percent=10, min_executed=1),)
-)
-"""Stall once 10 % of executed results are failures of any kind: a failing canary stalls."""
 
 
 _FAILURE_WORDS = {

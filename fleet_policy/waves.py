@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
 
+from contracts.vocabulary.rollouts import DEFAULT_CANARY_SIZE, DEFAULT_WAVE_PERCENTAGES
 from fleet_policy.errors import DuplicateAgentError, WavePolicyError
 from fleet_policy.ids import AgentId
 
@@ -36,7 +37,7 @@ class PercentGrowth:
     last step is below 100, a final step of 100 is implied.
     """
 
-    steps: tuple[float, ...] = (1, 10, 50, 100)
+    steps: tuple[float, ...] = DEFAULT_WAVE_PERCENTAGES
 
     def __post_init__(self) -> None:
         previous = 0.0
@@ -67,7 +68,7 @@ class FactorGrowth:
 class WavePolicy:
     """``max_wave_size`` caps every wave, the canary included; ``None`` means no cap."""
 
-    canary_size: int = 1
+    canary_size: int = DEFAULT_CANARY_SIZE
     growth: PercentGrowth | FactorGrowth = field(default_factory=PercentGrowth)
     max_wave_size: int | None = None
 

@@ -34,7 +34,8 @@ from prefect.context import get_run_context
 from prefect.flow_runs import pause_flow_run
 from prefect.input import RunInput
 
-from contracts.rollouts import RolloutPublic, TargetStatus
+from contracts.rollouts import RolloutPublic
+from contracts.vocabulary import TargetStatus
 from flows.console_client import ConsoleApiError, ConsoleClient
 from flows.settings import FlowSettings
 

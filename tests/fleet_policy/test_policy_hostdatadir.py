@@ -176,3 +176,27 @@ def test_every_node_gets_one_consistent_row(given_nodes: list[MigrationNode]) ->
             "why",
             "action",
         }
+
+
+def test_a_released_record_re_binds_whatever_the_node_shows() -> None:
+    """The Console re-binds a released record on the next enrollment, before any quiet or
+    evidence check (fleet_policy.identities.decide_enrollment, rule 4)."""
+    plan = plan_hostdatadir_migration(
+        [
+            MigrationNode(
+                name=NodeName("n1"),
+                records=(
+                    monitor(
+                        "a-1",
+                        released=True,
+                        last_seen_age_seconds=1.0,
+                        has_identity_evidence=False,
+                    ),
+                ),
+                host_agent_running=True,
+                host_identity_readable=False,
+            )
+        ]
+    )
+    (row,) = plan.rows
+    assert (row.node_class, row.reasons, row.releasable) == (NodeClass.REBIND_POSSIBLE, (), True)

@@ -1,6 +1,8 @@
 """The package's public surface and its purity (import-linter checks the same in CI)."""
 
 import ast
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,19 +18,41 @@ def test_everything_in_all_exists_and_nothing_is_listed_twice() -> None:
         assert hasattr(fleet_policy, name), name
 
 
-def test_the_package_imports_only_the_standard_library_and_itself() -> None:
+def _allowed(module: str) -> bool:
+    root = module.split(".")[0]
+    return (
+        root == "fleet_policy"
+        or root in sys.stdlib_module_names
+        or module == "contracts.vocabulary"
+        or module.startswith("contracts.vocabulary.")
+    )
+
+
+def test_the_package_imports_only_the_standard_library_the_vocabulary_and_itself() -> None:
     for module in sorted(PACKAGE.glob("*.py")):
         for node in ast.walk(ast.parse(module.read_text(), filename=str(module))):
             if isinstance(node, ast.Import):
-                roots = [alias.name.split(".")[0] for alias in node.names]
+                names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                roots = [node.module.split(".")[0]]
+                names = [node.module]
             else:
                 continue
-            for root in roots:
-                assert root == "fleet_policy" or root in sys.stdlib_module_names, (
-                    f"{module.name} imports {root}"
-                )
+            for name in names:
+                assert _allowed(name), f"{module.name} imports {name}"
+
+
+def test_importing_the_package_loads_no_pydantic_and_only_the_vocabulary_of_contracts() -> None:
+    probe = "import json, sys, fleet_policy; print(json.dumps(sorted(sys.modules)))"
+    loaded = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert not [m for m in loaded if m.split(".")[0] in ("pydantic", "pydantic_core")]
+    contracts = [m for m in loaded if m.split(".")[0] == "contracts"]
+    # The package's __init__ (and what it imports) runs first; all of it is stdlib-only.
+    lean = {"contracts", "contracts.agent_types", "contracts.durations"}
+    assert all(m in lean or m.startswith("contracts.vocabulary") for m in contracts), contracts
 
 
 def test_every_exception_ends_in_error() -> None:

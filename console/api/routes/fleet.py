@@ -16,18 +16,11 @@ from console.errors import GatewayTimeoutError, NotFoundError
 from console.identities import release_identity, revoke, start_rotation
 from console.models import Agent, AgentEvidence, CredentialRotation
 from console.runtime import ConsoleRuntime
-from console.schemas import (
-    AgentDetail,
-    AgentFlag,
-    AgentPublic,
-    AgentStatus,
-    Page,
-    RotationResult,
-    Scope,
-)
+from console.schemas import AgentDetail, AgentPublic, Page, RotationResult, Scope
 from console.views import agent_detail, agent_public, refused_by_agent
 from contracts.agent_types import AgentType
 from contracts.messages import CommandKind
+from contracts.vocabulary import AgentFlag, AgentStatus
 
 T = TypeVar("T")
 

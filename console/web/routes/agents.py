@@ -19,10 +19,11 @@ from console.api.deps import RuntimeDep
 from console.api.routes import fleet as fleet_api
 from console.errors import ConsoleError, ForbiddenError, NotFoundError, UnauthorizedError
 from console.models import Agent
-from console.schemas import AgentFlag, AgentStatus, Scope
+from console.schemas import Scope
 from console.web.deps import FormDep, ViewerDep, get_web
 from console.web.routing import PageRoute
 from contracts.agent_types import AgentType
+from contracts.vocabulary import AgentFlag, AgentStatus
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 

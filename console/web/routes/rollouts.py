@@ -20,7 +20,8 @@ from console.web.deps import FormDep, Viewer, ViewerDep, get_web
 from console.web.forms import Form
 from console.web.routing import PageRoute
 from contracts.agent_types import AgentType
-from contracts.rollouts import ArtifactRef, FailureTypeName, RolloutCreate, RolloutPublic
+from contracts.rollouts import ArtifactRef, RolloutCreate, RolloutPublic
+from contracts.vocabulary import FailureType
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
@@ -106,7 +107,7 @@ def _form_page(
         errors=errors,
         artifacts=_artifacts(viewer, runtime),
         agent_types=[t.value for t in AgentType],
-        failure_types=[f.value for f in FailureTypeName],
+        failure_types=[f.value for f in FailureType],
         prefect=bool(runtime.settings.prefect_api_url),
     )
 

@@ -1,0 +1,40 @@
+"""The shared vocabulary: every enum another process reads, and the reason codes of every
+error body. Stdlib only, so the pure core (``fleet_policy``) may import it; the pydantic shapes
+in the rest of ``contracts`` are built on it.
+
+- :mod:`~contracts.vocabulary.agents`: agent types, the status and flags the Console computes;
+- :mod:`~contracts.vocabulary.rollouts`: rollout states, target statuses, failure types, threshold
+  actions and the one default rollout policy's numbers;
+- :mod:`~contracts.vocabulary.commands`: command kinds, statuses and failure kinds;
+- :mod:`~contracts.vocabulary.identities`: what release-identity does with a record;
+- :mod:`~contracts.vocabulary.inventory`: what kind of problem an inventory sync reports;
+- :mod:`~contracts.vocabulary.reasons`: :class:`ErrorReason`, every ``reason`` the system answers.
+"""
+
+from contracts.vocabulary.agents import AgentFlag, AgentStatus, AgentType
+from contracts.vocabulary.commands import CommandFailureKind, CommandKind, CommandStatus
+from contracts.vocabulary.identities import ReleaseOutcome
+from contracts.vocabulary.inventory import InventoryProblemKind
+from contracts.vocabulary.reasons import ErrorReason
+from contracts.vocabulary.rollouts import (
+    FailureType,
+    RolloutState,
+    TargetStatus,
+    ThresholdAction,
+)
+
+__all__ = [
+    "AgentFlag",
+    "AgentStatus",
+    "AgentType",
+    "CommandFailureKind",
+    "CommandKind",
+    "CommandStatus",
+    "ErrorReason",
+    "FailureType",
+    "InventoryProblemKind",
+    "ReleaseOutcome",
+    "RolloutState",
+    "TargetStatus",
+    "ThresholdAction",
+]

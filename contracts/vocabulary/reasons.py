@@ -1,0 +1,88 @@
+"""Every ``reason`` the system answers with: the stable, machine-readable half of an error body
+(``contracts.enrollment.ErrorBody``) or a refusal. Values are wire values: never change one."""
+
+# ruff: noqa: S105 (reason codes about tokens, not secrets)
+from enum import StrEnum
+
+
+class ErrorReason(StrEnum):
+    # --- requests ------------------------------------------------------------------ 400/413/422
+    INVALID_REQUEST = "invalid_request"
+    MALFORMED_JSON = "malformed_json"
+    REQUEST_TOO_LARGE = "request_too_large"
+    # --- API tokens and scopes --------------------------------------------------------- 401/403
+    MISSING_TOKEN = "missing_token"
+    MALFORMED_AUTHORIZATION = "malformed_authorization"
+    INVALID_TOKEN = "invalid_token"
+    TOKEN_REVOKED = "token_revoked"
+    TOKEN_EXPIRED = "token_expired"
+    MISSING_SCOPE = "missing_scope"
+    WRONG_ENVIRONMENT = "wrong_environment"
+    SCOPE_ESCALATION = "scope_escalation"
+    # --- install tokens ------------------------------------------------------------------ 401
+    INVALID_INSTALL_TOKEN = "invalid_install_token"
+    INSTALL_TOKEN_REVOKED = "install_token_revoked"
+    INSTALL_TOKEN_EXPIRED = "install_token_expired"
+    INSTALL_TOKEN_EXHAUSTED = "install_token_exhausted"
+    # --- signatures and keys ---------------------------------------------------------- 400/401
+    STALE_SIGNATURE = "stale_signature"
+    BAD_SIGNATURE = "bad_signature"
+    NOT_CURRENT_KEY = "not_current_key"
+    # --- enrollment conflicts (409; was ``ConflictReason``) ----------------------------------
+    NAME_IN_USE = "name_in_use"
+    NO_IDENTITY_EVIDENCE = "no_identity_evidence"
+    IDENTITY_MISMATCH = "identity_mismatch"
+    AGENT_REVOKED = "agent_revoked"
+    """Also refuses a release (was ``ReleaseRefusal``) and a rotation."""
+    # --- release refusals (409; was ``ReleaseRefusal``) ----------------------------------------
+    AGENT_RECENTLY_SEEN = "agent_recently_seen"
+    # --- credential rotation --------------------------------------------------- 401/409/504
+    AGENT_RELEASED = "agent_released"
+    AGENT_OFFLINE = "agent_offline"
+    AGENT_NOT_ROTATABLE = "agent_not_rotatable"
+    UNKNOWN_ROTATION = "unknown_rotation"
+    ROTATION_EXPIRED = "rotation_expired"
+    ROTATION_TIMED_OUT = "rotation_timed_out"
+    # --- clusters ---------------------------------------------------------------------- 400/409
+    NO_SLUG = "no_slug"
+    BAD_SLUG = "bad_slug"
+    CLUSTER_EXISTS = "cluster_exists"
+    # --- rollouts and artifacts ------------------------------------------------------- 400/409
+    INVALID_ROLLOUT = "invalid_rollout"
+    ILLEGAL_TRANSITION = "illegal_transition"
+    NO_SUCH_WAVE = "no_such_wave"
+    EMPTY_ARTIFACT = "empty_artifact"
+    # --- not found ------------------------------------------------------------------------- 404
+    AGENT_NOT_FOUND = "agent_not_found"
+    API_TOKEN_NOT_FOUND = "api_token_not_found"
+    INSTALL_TOKEN_NOT_FOUND = "install_token_not_found"
+    CLUSTER_NOT_FOUND = "cluster_not_found"
+    ROLLOUT_NOT_FOUND = "rollout_not_found"
+    ARTIFACT_NOT_FOUND = "artifact_not_found"
+    ARTIFACT_MISSING = "artifact_missing"
+    """The artifact's record exists but its file is gone."""
+    AUDIT_NOT_FOUND = "audit_not_found"
+    NO_AUDIT = "no_audit"
+    NO_SUCH_ACTION = "no_such_action"
+    NO_SUCH_DECISION = "no_such_decision"
+    # --- the web pages (error pages, sign-in redirects) --------------------------- 400/401/403/415
+    SIGNED_OUT = "signed_out"
+    CSRF_FAILED = "csrf_failed"
+    UNSUPPORTED_FORM = "unsupported_form"
+    MALFORMED_FORM = "malformed_form"
+
+
+ENROLLMENT_CONFLICTS: frozenset[ErrorReason] = frozenset(
+    {
+        ErrorReason.NAME_IN_USE,
+        ErrorReason.NO_IDENTITY_EVIDENCE,
+        ErrorReason.IDENTITY_MISMATCH,
+        ErrorReason.AGENT_REVOKED,
+    }
+)
+"""The reasons an enrollment answers 409 with."""
+
+RELEASE_REFUSALS: frozenset[ErrorReason] = frozenset(
+    {ErrorReason.AGENT_REVOKED, ErrorReason.AGENT_RECENTLY_SEEN}
+)
+"""The reasons release-identity answers 409 with."""

@@ -1,0 +1,232 @@
+"""The identity rules: enroll / same identity / re-bind / refuse, release, online, quiet."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from contracts.vocabulary import AgentStatus, ErrorReason, ReleaseOutcome
+from fleet_policy import (
+    DEFAULT_QUIET_WINDOW_SECONDS,
+    DEFAULT_STALE_AFTER_SECONDS,
+    AgentId,
+    EnrollmentAction,
+    EnrollmentClaim,
+    HeldRecord,
+    RebindHow,
+    agent_status,
+    decide_enrollment,
+    decide_release,
+    is_online,
+    is_quiet,
+)
+
+WINDOW = DEFAULT_QUIET_WINDOW_SECONDS
+MACHINE = ("machine_id", "h-1")
+OTHER = ("machine_id", "h-2")
+
+
+def held(**overrides: object) -> HeldRecord:
+    fields: dict[str, object] = {
+        "agent_id": AgentId("a-1"),
+        "public_key": "UOLD",
+        "revoked": False,
+        "seconds_since_seen": WINDOW + 1,
+        "evidence": frozenset({MACHINE}),
+    }
+    fields.update(overrides)
+    return HeldRecord(**fields)  # type: ignore[arg-type]
+
+
+def claim(*signals: tuple[str, str], key: str = "UNEW") -> EnrollmentClaim:
+    return EnrollmentClaim(public_key=key, signals=frozenset(signals))
+
+
+def test_the_defaults_are_the_seeds_five_minutes_and_the_consoles_stale_timeout() -> None:
+    assert DEFAULT_QUIET_WINDOW_SECONDS == 300.0
+    assert DEFAULT_STALE_AFTER_SECONDS == 90.0
+
+
+def test_quiet_means_more_than_the_window_and_no_sign_of_life_is_quiet() -> None:
+    assert not is_quiet(300.0, 300.0)
+    assert is_quiet(300.001, 300.0)
+    assert is_quiet(None, 300.0)
+    with pytest.raises(ValueError, match="quiet_window_seconds"):
+        is_quiet(1.0, -1.0)
+
+
+def test_online_is_a_live_identity_seen_within_the_stale_timeout_boundary_included() -> None:
+    assert is_online(90.0, stale_after_seconds=90.0)
+    assert not is_online(90.1, stale_after_seconds=90.0)
+    assert not is_online(None, stale_after_seconds=90.0)
+    assert not is_online(1.0, stale_after_seconds=90.0, revoked=True)
+    assert not is_online(1.0, stale_after_seconds=90.0, holds_identity=False)
+
+
+def test_status_is_revoked_then_released_then_online_or_offline() -> None:
+    def status(since: float | None, *, revoked: bool = False, holds: bool = True) -> AgentStatus:
+        return agent_status(since, stale_after_seconds=90, revoked=revoked, holds_identity=holds)
+
+    assert status(1, revoked=True, holds=False) is AgentStatus.REVOKED
+    assert status(1, holds=False) is AgentStatus.RELEASED
+    assert status(1) is AgentStatus.ONLINE
+    assert status(91) is AgentStatus.OFFLINE
+    assert status(None) is AgentStatus.OFFLINE
+
+
+@pytest.mark.parametrize(
+    ("record", "presented", "action", "how", "refusal"),
+    [
+        (None, claim(MACHINE), EnrollmentAction.CREATE, None, None),
+        (held(public_key="UNEW"), claim(), EnrollmentAction.SAME_IDENTITY, None, None),
+        (
+            held(public_key="UNEW", revoked=True),
+            claim(MACHINE),
+            EnrollmentAction.REFUSE,
+            None,
+            ErrorReason.AGENT_REVOKED,
+        ),
+        (held(public_key=None), claim(), EnrollmentAction.REBIND, RebindHow.RELEASED, None),
+        (
+            held(seconds_since_seen=WINDOW),
+            claim(MACHINE),
+            EnrollmentAction.REFUSE,
+            None,
+            ErrorReason.NAME_IN_USE,
+        ),
+        (
+            held(evidence=frozenset()),
+            claim(MACHINE),
+            EnrollmentAction.REFUSE,
+            None,
+            ErrorReason.NO_IDENTITY_EVIDENCE,
+        ),
+        (
+            held(),
+            claim(OTHER),
+            EnrollmentAction.REFUSE,
+            None,
+            ErrorReason.IDENTITY_MISMATCH,
+        ),
+        (
+            held(),
+            claim(MACHINE, OTHER),
+            EnrollmentAction.REBIND,
+            RebindHow.QUIET_WITH_EVIDENCE,
+            None,
+        ),
+    ],
+)
+def test_the_enrollment_rules_in_their_order(
+    record: HeldRecord | None,
+    presented: EnrollmentClaim,
+    action: EnrollmentAction,
+    how: RebindHow | None,
+    refusal: ErrorReason | None,
+) -> None:
+    decision = decide_enrollment(record, presented, quiet_window_seconds=WINDOW)
+    assert (decision.action, decision.how, decision.refusal) == (action, how, refusal)
+    if record is not None:
+        assert decision.agent_id == record.agent_id
+
+
+def test_a_quiet_rebind_retires_the_old_key_and_a_rebind_after_release_retires_none() -> None:
+    quiet = decide_enrollment(held(), claim(MACHINE), quiet_window_seconds=WINDOW)
+    assert quiet.retire_key == "UOLD"
+    released = decide_enrollment(held(public_key=None), claim(), quiet_window_seconds=WINDOW)
+    assert released.retire_key is None
+
+
+@pytest.mark.parametrize(
+    ("record", "outcome", "refusal"),
+    [
+        (held(revoked=True), ReleaseOutcome.REFUSED, ErrorReason.AGENT_REVOKED),
+        (held(revoked=True, public_key=None), ReleaseOutcome.REFUSED, ErrorReason.AGENT_REVOKED),
+        (held(public_key=None, seconds_since_seen=1), ReleaseOutcome.ALREADY_RELEASED, None),
+        (held(seconds_since_seen=WINDOW), ReleaseOutcome.REFUSED, ErrorReason.AGENT_RECENTLY_SEEN),
+        (held(seconds_since_seen=WINDOW + 0.5), ReleaseOutcome.WOULD_RELEASE, None),
+        (held(seconds_since_seen=None), ReleaseOutcome.WOULD_RELEASE, None),
+    ],
+)
+def test_the_release_rules(
+    record: HeldRecord, outcome: ReleaseOutcome, refusal: ErrorReason | None
+) -> None:
+    decision = decide_release(record, quiet_window_seconds=WINDOW)
+    assert (decision.outcome, decision.refusal) == (outcome, refusal)
+    assert decision.releases is (outcome is ReleaseOutcome.WOULD_RELEASE)
+
+
+# --- properties ---------------------------------------------------------------------------------
+
+signals = st.frozensets(
+    st.tuples(st.sampled_from(["machine_id", "product_uuid"]), st.sampled_from("abc")), max_size=4
+)
+ages = st.none() | st.floats(min_value=0, max_value=10_000, allow_nan=False)
+windows = st.floats(min_value=0, max_value=5_000, allow_nan=False)
+records = st.builds(
+    HeldRecord,
+    agent_id=st.just(AgentId("a-1")),
+    public_key=st.none() | st.sampled_from(["UOLD", "UNEW"]),
+    revoked=st.booleans(),
+    seconds_since_seen=ages,
+    evidence=signals,
+)
+claims = st.builds(EnrollmentClaim, public_key=st.sampled_from(["UOLD", "UNEW"]), signals=signals)
+
+
+@given(records, claims, windows)
+def test_a_revoked_record_is_never_rebound_nor_released(
+    record: HeldRecord, presented: EnrollmentClaim, window: float
+) -> None:
+    if record.revoked:
+        decision = decide_enrollment(record, presented, quiet_window_seconds=window)
+        assert decision.action is EnrollmentAction.REFUSE
+        assert decision.refusal is ErrorReason.AGENT_REVOKED
+        assert decide_release(record, quiet_window_seconds=window).outcome is (
+            ReleaseOutcome.REFUSED
+        )
+
+
+@given(records, claims, windows)
+def test_a_live_identity_is_never_taken_over_by_another_key(
+    record: HeldRecord, presented: EnrollmentClaim, window: float
+) -> None:
+    """A record holding another key and seen within the window is never re-bound or freed."""
+    if record.public_key not in (None, presented.public_key) and not is_quiet(
+        record.seconds_since_seen, window
+    ):
+        decision = decide_enrollment(record, presented, quiet_window_seconds=window)
+        assert decision.action is EnrollmentAction.REFUSE
+        assert not decide_release(record, quiet_window_seconds=window).releases
+
+
+@given(records, claims, windows)
+def test_a_quiet_rebind_needs_a_presented_signal_the_record_carries(
+    record: HeldRecord, presented: EnrollmentClaim, window: float
+) -> None:
+    decision = decide_enrollment(record, presented, quiet_window_seconds=window)
+    if decision.how is RebindHow.QUIET_WITH_EVIDENCE:
+        assert record.evidence & presented.signals
+        assert is_quiet(record.seconds_since_seen, window)
+    assert (decision.refusal is None) == (decision.action is not EnrollmentAction.REFUSE)
+
+
+@given(records, windows)
+def test_what_release_frees_enrollment_would_rebind_after_the_release(
+    record: HeldRecord, window: float
+) -> None:
+    """Release, then enroll with any key and no signals: the record is re-bound, keeping its id."""
+    if decide_release(record, quiet_window_seconds=window).outcome is ReleaseOutcome.REFUSED:
+        return
+    after = HeldRecord(record.agent_id, None, record.revoked, record.seconds_since_seen)
+    decision = decide_enrollment(after, claim(), quiet_window_seconds=window)
+    assert (decision.action, decision.how) == (EnrollmentAction.REBIND, RebindHow.RELEASED)
+    assert decision.agent_id == record.agent_id
+
+
+@given(ages, st.floats(min_value=0, max_value=5_000, allow_nan=False), st.booleans(), st.booleans())
+def test_online_agrees_with_the_status(
+    since: float | None, stale: float, revoked: bool, holds: bool
+) -> None:
+    status = agent_status(since, stale_after_seconds=stale, revoked=revoked, holds_identity=holds)
+    online = is_online(since, stale_after_seconds=stale, revoked=revoked, holds_identity=holds)
+    assert online == (status is AgentStatus.ONLINE)
