@@ -21,8 +21,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.support.console import ConsoleProcess
-from tests.support.swarm import Swarm
+from testkit.console import ConsoleProcess
+from testkit.swarm import Swarm
 
 ARTIFACT = {
     "version": "0.9.0",

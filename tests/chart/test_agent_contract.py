@@ -16,7 +16,7 @@ import pytest
 
 from agent import signals
 from agent.settings import ENV_PREFIX, AgentSettings
-from tests.chart.chart_rendering import REPO, Helm, container, env, mounts, pod_spec
+from testkit.chart import REPO, Helm, container, env, mounts, pod_spec
 
 DOCKERFILE = REPO / "docker" / "agent.Dockerfile"
 DOWNWARD_API = {

@@ -6,8 +6,7 @@ import copy
 
 import pytest
 
-from tests.chart.chart_pod_security import restricted_violations
-from tests.chart.chart_rendering import (
+from testkit.chart import (
     NAMESPACE,
     RELEASE,
     Helm,
@@ -17,6 +16,7 @@ from tests.chart.chart_rendering import (
     pod_spec,
     volumes,
 )
+from testkit.pod_security import restricted_violations
 
 NAME = f"{RELEASE}-cluster-agent"
 READ = ["get", "list", "watch"]

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.chart.chart_pod_security import restricted_violations
-from tests.chart.chart_rendering import (
+from testkit.chart import (
     NAMESPACE,
     Helm,
     container,
@@ -18,6 +17,7 @@ from tests.chart.chart_rendering import (
     pod_spec,
     volumes,
 )
+from testkit.pod_security import restricted_violations
 
 DATA = "/var/lib/proxima-agent"
 # The page's check, verbatim but for the kubectl invocation (no cluster here).

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 import contracts
-from tests.chart.chart_rendering import CHART, Helm
+from testkit.chart import CHART, Helm
 
 TEMPLATES = CHART / "templates"
 

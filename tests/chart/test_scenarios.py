@@ -13,7 +13,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from tests.chart.chart_rendering import KUBE_VERSIONS, NAMESPACE, RELEASE, Helm
+from testkit.chart import KUBE_VERSIONS, NAMESPACE, RELEASE, Helm
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("PROXIMA_UPDATE_GOLDEN") == "1"

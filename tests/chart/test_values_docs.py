@@ -14,8 +14,8 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.chart.chart_rendering import CHART, REPO
-from tests.chart.chart_values_doc import document, leaf_paths, section, table, with_section
+from testkit.chart import CHART, REPO
+from testkit.values_doc import document, leaf_paths, section, table, with_section
 
 VALUES = CHART / "values.yaml"
 SCHEMA = CHART / "values.schema.json"

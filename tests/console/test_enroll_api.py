@@ -5,9 +5,8 @@ The quiet window is 1.5 s here (PROXIMA_IDENTITY_QUIET_SECONDS) instead of 300 s
 
 import httpx
 
-from tests.conftest import QUIET_SECONDS
-from tests.support.console import Identity
-from tests.support.waiting import wait_for
+from testkit.console import QUIET_SECONDS, Identity
+from testkit.waiting import wait_for
 
 
 def _quiet(console, agent_id):

@@ -3,9 +3,9 @@ tests/flows drives the same through the flow)."""
 
 import pytest
 
-from tests.support.rollouts import ARTIFACT, create_rollout
-from tests.support.swarm import Swarm
-from tests.support.waiting import wait_for
+from testkit.rollouts import ARTIFACT, create_rollout
+from testkit.swarm import Swarm
+from testkit.waiting import wait_for
 
 
 def _create(console, **over):
@@ -138,7 +138,7 @@ def test_a_missing_result_becomes_timed_out_after_the_wave_timeout(console, swar
 
 def test_agents_that_cannot_self_update_or_share_an_identity_are_excluded_up_front(console, swarm):
     swarm(2)
-    from tests.support.console import Identity
+    from testkit.console import Identity
 
     token = console.install_token()
     ro = Identity(name="readonly-host")

@@ -21,7 +21,10 @@ from flows.migration import (
     readable_host_identity,
     runs_on,
 )
-from tests.flows.migration_harness import (
+from testkit.agents import AgentProcess
+from testkit.console import Identity
+from testkit.kube import KubeApiDouble, objects
+from testkit.migration import (
     CHART,
     DAEMONSET,
     DEFAULT_DIR,
@@ -35,10 +38,7 @@ from tests.flows.migration_harness import (
     helm_template,
     rendered_daemonset,
 )
-from tests.support.agents import AgentProcess
-from tests.support.console import Identity
-from tests.support.kube import KubeApiDouble, objects
-from tests.support.waiting import wait_for
+from testkit.waiting import wait_for
 
 QUIET = 2.0
 NEW_DIR = "/var/lib/proxima-node-agent"

@@ -11,9 +11,9 @@ import httpx
 from prefect.client.orchestration import get_client
 
 from flows.rollout import fleet_rollout
-from tests.support.rollouts import create_rollout
-from tests.support.swarm import Swarm
-from tests.support.waiting import wait_for
+from testkit.rollouts import create_rollout
+from testkit.swarm import Swarm
+from testkit.waiting import wait_for
 
 
 def _create(console, **over):

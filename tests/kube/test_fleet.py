@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from tests.support.kube import FleetSpec, KubeApiDouble, build_fleet, seed_fleet
+from testkit.kube import FleetSpec, KubeApiDouble, build_fleet, seed_fleet
 
 
 def test_the_fleet_is_the_same_on_every_build() -> None:
