@@ -227,7 +227,7 @@ class AgentProcess:
             return None
 
         try:
-            return wait_for(found, timeout, f"agent log line containing {text!r}")
+            return str(wait_for(found, timeout, f"agent log line containing {text!r}"))
         except AssertionError as e:
             raise AssertionError(f"{e}\n--- agent log ---\n{self.log()}") from None
 
@@ -243,7 +243,9 @@ class AgentProcess:
                 return int(path.read_text())
             return None
 
-        return wait_for(read, timeout, f"{self.name} health port")
+        port = wait_for(read, timeout, f"{self.name} health port")
+        assert port is not None  # wait_for returns a truthy value only
+        return port
 
     def get(self, path: str) -> tuple[int, str]:
         """GET ``path`` from the health server: (status, body stripped)."""

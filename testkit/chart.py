@@ -74,13 +74,15 @@ class Rendering:
 
 
 def pod_spec(workload: Mapping[str, Any]) -> dict[str, Any]:
-    return workload["spec"]["template"]["spec"]
+    spec: dict[str, Any] = workload["spec"]["template"]["spec"]
+    return spec
 
 
 def container(workload: Mapping[str, Any]) -> dict[str, Any]:
     containers = pod_spec(workload)["containers"]
     assert len(containers) == 1, containers
-    return containers[0]
+    only: dict[str, Any] = containers[0]
+    return only
 
 
 def env(workload: Mapping[str, Any]) -> dict[str, Any]:

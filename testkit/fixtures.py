@@ -203,7 +203,7 @@ def kube_client(kube_api: KubeApiDouble) -> Iterator[kubernetes.client.ApiClient
     try:
         yield client
     finally:
-        client.close()
+        client.close()  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture

@@ -43,9 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     from kubernetes.leaderelection import electionconfig, leaderelection
     from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
-    config.load_kube_config()
-    lock = LeaseLock(args.lease, args.namespace, args.identity)
-    election = electionconfig.Config(
+    config.load_kube_config()  # type: ignore[no-untyped-call]
+    lock = LeaseLock(args.lease, args.namespace, args.identity)  # type: ignore[no-untyped-call]
+    election = electionconfig.Config(  # type: ignore[no-untyped-call]
         lock,
         lease_duration=args.lease_duration,
         renew_deadline=args.renew_deadline,
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         onstopped_leading=lambda: _say("stopped", args.identity),
     )
     election.retry_period = args.retry_period
-    leaderelection.LeaderElection(election).run()
+    leaderelection.LeaderElection(election).run()  # type: ignore[no-untyped-call]
     return 0
 
 
