@@ -83,7 +83,9 @@ def test_rendered_manifests_match_the_golden_snapshot(helm: Helm, ci_values, sce
 def test_every_resource_carries_the_standard_labels_and_the_release_namespace(
     helm: Helm, ci_values, scenario: str
 ):
-    for doc in helm.template([ci_values[scenario]]).documents:
+    documents = helm.template([ci_values[scenario]]).documents
+    assert documents
+    for doc in documents:
         meta = doc["metadata"]
         labels = meta["labels"]
         assert labels["app.kubernetes.io/name"] == "proxima-agent"

@@ -82,6 +82,7 @@ def test_every_value_the_page_names_exists(values, path: str):
 def test_every_value_is_documented_with_a_helm_docs_comment():
     rows, missing = document(VALUES)
     assert missing == [], "values without a `# --` comment above them"
+    assert rows, "no values documented at all"
     assert all(row.description for row in rows)
 
 

@@ -178,6 +178,7 @@ def test_read_only_failures_stall_the_canary_and_the_later_wave_receives_nothing
             for e in errors
         ), errors
         later = [t for t in stalled["targets"] if t["wave"] == 1]
+        assert later, "no later wave to hold back"
         assert all(t["status"] == "pending" and t["command_id"] is None for t in later)
         assert all(flow_console.agent(t["agent_id"])["version"] == "0.8.0" for t in later)
         with flow_console.client() as c:

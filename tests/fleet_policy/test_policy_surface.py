@@ -17,7 +17,9 @@ def test_everything_in_all_exists_and_nothing_is_listed_twice() -> None:
 
 
 def test_the_package_imports_only_the_standard_library_and_itself() -> None:
-    for module in sorted(PACKAGE.glob("*.py")):
+    modules = sorted(PACKAGE.glob("*.py"))
+    assert modules, f"no modules under {PACKAGE}"
+    for module in modules:
         for node in ast.walk(ast.parse(module.read_text(), filename=str(module))):
             if isinstance(node, ast.Import):
                 roots = [alias.name.split(".")[0] for alias in node.names]
@@ -32,7 +34,12 @@ def test_the_package_imports_only_the_standard_library_and_itself() -> None:
 
 
 def test_every_exception_ends_in_error() -> None:
-    for name in fleet_policy.__all__:
-        value = getattr(fleet_policy, name)
-        if isinstance(value, type) and issubclass(value, BaseException):
-            assert name.endswith("Error"), name
+    exceptions = [
+        name
+        for name in fleet_policy.__all__
+        if isinstance(value := getattr(fleet_policy, name), type)
+        and issubclass(value, BaseException)
+    ]
+    assert exceptions, "fleet_policy exports no exception"
+    for name in exceptions:
+        assert name.endswith("Error"), name

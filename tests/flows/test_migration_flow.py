@@ -211,6 +211,7 @@ async def test_a_5_node_cluster_mixing_all_three_classes_moves_with_every_node_o
             assert "enrollment_conflict" not in after[(NODE_MONITOR, name)]["flags"]
         history = console.agent(old_ids[RELEASE_NODE])["history"]
         assert [h["kind"] for h in history][:2] == ["rebound", "released"], history
+        assert result["checks"], "the migration verified nothing"
         assert all(c["result"] == "pass" for c in result["checks"])
         artifacts = await _artifacts(
             "hostdatadir-migration-plan",

@@ -129,6 +129,7 @@ def test_abort_from_the_console_ends_a_paused_flow(flow_console):
         thread.join(timeout=60)
         assert outcome["state"] == "aborted"
         later = [t for t in _get(flow_console, r["id"])["targets"] if t["wave"] > 0]
+        assert later, "no later wave to hold back"
         assert all(swarm.received_by()[t["agent_name"]] == 0 for t in later)
     finally:
         swarm.stop()

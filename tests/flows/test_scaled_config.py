@@ -42,6 +42,8 @@ def test_the_scaled_console_settings_are_real_settings():
     from console.core.settings import ConsoleSettings
 
     fields = {f"PROXIMA_{n.upper()}" for n in ConsoleSettings.model_fields}
-    for line in (ROOT / "deploy/scaled/console.env").read_text().splitlines():
-        if line and not line.startswith("#"):
-            assert line.split("=", 1)[0] in fields, line
+    lines = (ROOT / "deploy/scaled/console.env").read_text().splitlines()
+    settings = [line for line in lines if line and not line.startswith("#")]
+    assert settings, "deploy/scaled/console.env sets nothing"
+    for line in settings:
+        assert line.split("=", 1)[0] in fields, line
