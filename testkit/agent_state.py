@@ -13,8 +13,6 @@ import nkeys
 from agent.state import AgentState, StateStore
 from contracts.agent_types import AgentType
 
-# -- keys and state -------------------------------------------------------------------------
-
 
 def new_seed() -> str:
     return str(nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER).decode())

@@ -15,8 +15,6 @@ from typing import Any
 
 from testkit import REPO
 
-# -- builds and where agents download them --------------------------------------------------
-
 BUILD_SCRIPT = REPO / "scripts" / "build_agent.py"
 
 

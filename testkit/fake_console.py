@@ -22,9 +22,6 @@ def answer(status: int, json_body: Any = None, *, text: str | None = None) -> Ht
     )
 
 
-# -- fake Console over HTTP -----------------------------------------------------------------
-
-
 @dataclass
 class FakeConsole:
     """A tiny HTTP Console. ``enroll_answers`` are consumed in order; the last one repeats.

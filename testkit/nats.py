@@ -17,9 +17,6 @@ from testkit.waiting import wait_for
 NATS_SERVER = Path(sys.executable).with_name("nats-server")
 
 
-# -- nats-server ----------------------------------------------------------------------------
-
-
 @dataclass
 class NatsServer:
     """A real nats-server on a free loopback port with nkey users for agents and a test user."""

@@ -17,8 +17,6 @@ from contracts import subjects
 from testkit.agent_state import make_state, write_state
 from testkit.nats import NatsServer
 
-# -- in-process runtime ---------------------------------------------------------------------
-
 
 class Inbox:
     """Everything published on a subject, decoded."""
