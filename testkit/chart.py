@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
@@ -21,6 +24,25 @@ KUBE_VERSIONS = ("1.26.0", "1.37.0")
 
 # Helm and kubectl must never reach a cluster or a user's config from the tests.
 ISOLATED_ENV_KEYS = ("HOME", "KUBECONFIG", "HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME")
+
+
+def load_tools() -> ModuleType:
+    """``scripts/tools.py`` (which extracts helm and kubectl into a cache) as a module."""
+    if "proxima_scripts_tools" in sys.modules:
+        return sys.modules["proxima_scripts_tools"]
+    spec = importlib.util.spec_from_file_location(
+        "proxima_scripts_tools", REPO / "scripts" / "tools.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def helm_path() -> Path:
+    """The real helm binary, extracted if needed."""
+    return Path(load_tools().ensure_tool("helm").path)
 
 
 class RenderError(RuntimeError):

@@ -9,9 +9,7 @@ and NATS observer.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -20,10 +18,9 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from testkit import REPO
 from testkit.agents import AgentProcess
 from testkit.builds import ArtifactServer, Builds, make_builds
-from testkit.chart import CI_VALUES, Helm
+from testkit.chart import CI_VALUES, Helm, load_tools
 from testkit.console import QUIET_ENV, ConsoleFactory, ConsoleProcess
 from testkit.fake_console import FakeConsole
 from testkit.k8s import MAX_PAYLOAD, NatsObserver
@@ -225,14 +222,7 @@ def kube_env(kube_api: KubeApiDouble, tmp_path: Path) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def tools() -> ModuleType:
     """scripts/tools.py as a module."""
-    spec = importlib.util.spec_from_file_location(
-        "proxima_scripts_tools", REPO / "scripts" / "tools.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_tools()
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import queue
 import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterable
@@ -24,6 +23,7 @@ import yaml
 
 from testkit import REPO
 from testkit.agents import AgentProcess, fake_host_root
+from testkit.chart import helm_path
 from testkit.kube import KubeApiDouble, WatchEvent
 
 CHART = REPO / "chart" / "proxima-agent"
@@ -36,14 +36,7 @@ NODE_MONITOR = "k8s-node-monitor"
 
 def helm_binary() -> str:
     """The real helm, extracted by scripts/tools.py."""
-    done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "tools.py"), "helm"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    return done.stdout.strip()
+    return str(helm_path())
 
 
 def data_path_of(daemonset: dict[str, Any]) -> str | None:
