@@ -107,6 +107,7 @@ def test_common_labels_and_annotations_reach_every_resource_and_pod(helm: Helm, 
             "namespace.create": True,
         },
     )
+    assert rendering.documents
     for doc in rendering.documents:
         meta = doc["metadata"]
         assert meta["labels"]["team"] == "platform", doc["kind"]

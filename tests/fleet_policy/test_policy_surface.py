@@ -11,6 +11,7 @@ PACKAGE = Path(fleet_policy.__file__).parent
 
 def test_everything_in_all_exists_and_nothing_is_listed_twice() -> None:
     names = fleet_policy.__all__
+    assert names
     assert len(names) == len(set(names))
     for name in names:
         assert hasattr(fleet_policy, name), name

@@ -31,6 +31,7 @@ def test_the_scaled_prefect_yaml_uses_a_real_kubernetes_work_pool_for_every_flow
     assert {d["entrypoint"] for d in scaled["deployments"]} <= {
         d["entrypoint"] for d in local["deployments"]
     }
+    assert scaled["deployments"]
     for d in scaled["deployments"]:
         assert d["enforce_parameter_schema"] is True
         assert d["work_pool"]["name"] == "proxima-k8s"
