@@ -177,6 +177,13 @@ class AgentProcess:
                 log.write(f"[testkit] agent exited with {code}: restarting it\n")
             self.process = self._spawn()
 
+    def run_to_exit(self, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        """The same command in the foreground, to its exit, output captured: for a start that
+        must fail."""
+        return subprocess.run(
+            self.argv, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int | None:
         """Signal the agent, wait for its exit (kill it after ``timeout``), return its status."""
         self._stopping = True
