@@ -18,15 +18,15 @@ from pathlib import Path
 
 import psutil
 
-from tests.support.agents import AgentProcess
-from tests.support.console import ConsoleProcess
+from testkit.agents import AgentProcess
+from testkit.console import ConsoleProcess
 
 
 def measure(agent: AgentProcess, seconds: float) -> tuple[float, float, float, float]:
     """(rss MiB, peak MiB, millicores, wall seconds) of a ready agent over ``seconds``."""
     agent.wait_ready()
-    assert agent.proc is not None
-    proc = psutil.Process(agent.proc.pid)
+    assert agent.process is not None
+    proc = psutil.Process(agent.process.pid)
     cpu0 = proc.cpu_times()
     t0 = time.monotonic()
     peak = rss = proc.memory_info().rss

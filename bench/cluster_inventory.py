@@ -22,10 +22,10 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.agents import AgentProcess
-from tests.support.console import ConsoleProcess
-from tests.support.kube import FleetSpec, KubeApiDouble, objects, seed_fleet
-from tests.support.waiting import wait_for
+from testkit.agents import AgentProcess
+from testkit.console import ConsoleProcess
+from testkit.kube import FleetSpec, KubeApiDouble, objects, seed_fleet
+from testkit.waiting import wait_for
 
 RELIST = re.compile(r"published: .*relist ([0-9.]+)s \((\d+) requests\)")
 
@@ -85,9 +85,9 @@ def main() -> None:
                 timeout=300,
                 what=f"{args.syncs} syncs",
             )
-            assert agent.proc is not None
-            peak = _vm(agent.proc.pid, "VmHWM")
-            rss = _vm(agent.proc.pid, "VmRSS")
+            assert agent.process is not None
+            peak = _vm(agent.process.pid, "VmHWM")
+            rss = _vm(agent.process.pid, "VmRSS")
             relists = [(float(s), int(n)) for s, n in RELIST.findall(agent.log())]
         finally:
             agent.stop()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.console import ConsoleProcess, Identity
+from testkit.console import ConsoleProcess, Identity
 
 
 def pct(values: list[float], p: float) -> float:

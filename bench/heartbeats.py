@@ -22,7 +22,7 @@ import httpx
 import nats
 
 from contracts import subjects
-from tests.support.console import ConsoleProcess, Identity
+from testkit.console import ConsoleProcess, Identity
 
 
 def _metric(text: str, name: str, labels: str = "") -> float:

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import psutil
 
-from tests.agent_k8s.k8s_testkit import FakeKubelet
-from tests.support.agents import AgentProcess
-from tests.support.console import ConsoleProcess
-from tests.support.waiting import wait_for
+from testkit.agents import AgentProcess
+from testkit.console import ConsoleProcess
+from testkit.k8s import FakeKubelet
+from testkit.waiting import wait_for
 
 
 def main() -> None:
@@ -56,8 +56,8 @@ def main() -> None:
             agent.start()
             agent.wait_ready()
             wait_for(lambda: kubelet.requests >= 1, timeout=30, what="a first kubelet read")
-            assert agent.proc is not None
-            proc = psutil.Process(agent.proc.pid)
+            assert agent.process is not None
+            proc = psutil.Process(agent.process.pid)
             cpu0 = proc.cpu_times()
             reads0 = kubelet.requests
             t0 = time.monotonic()

@@ -7,7 +7,7 @@ orchestration time; halt latency from the crossing result to the stall <= 5 s wi
 sends; <= 50 Prefect task runs per rollout.
 
 The agents are a swarm: real enrolled identities, each on its own NATS session with its own
-nkey, answering self_update commands (tests/support/swarm.py). The flow runs under Prefect's
+nkey, answering self_update commands (testkit/swarm.py). The flow runs under Prefect's
 test harness against a real Console on SQLite.
 """
 
@@ -21,24 +21,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.support.console import ConsoleProcess
-from tests.support.swarm import Swarm
-
-ARTIFACT = {
-    "version": "0.9.0",
-    "url": "http://127.0.0.1:1/a.pyz",
-    "sha256": "0" * 64,
-    "signature": "s" * 86,
-}
-
-
-def _create(console: ConsoleProcess, **body: object) -> dict[str, object]:
-    with console.client() as c:
-        r = c.post(
-            "/api/v1/fleet/rollouts", json={"artifact": ARTIFACT, "start_flow": False, **body}
-        )
-        r.raise_for_status()
-        return r.json()  # type: ignore[no-any-return]
+from testkit.console import ConsoleProcess
+from testkit.rollouts import ARTIFACT, create_rollout
+from testkit.swarm import Swarm
+from testkit.waiting import wait_for
 
 
 async def _task_run_count(flow_run_id: str) -> int:
@@ -78,7 +64,7 @@ def main() -> None:
         setup = time.perf_counter() - t0
         try:
             canary = max(1, args.agents // 100)
-            r = _create(
+            r = create_rollout(
                 console, name="bench", waves={"canary_size": canary, "percentages": [10, 50, 100]}
             )
             started = time.perf_counter()
@@ -116,7 +102,7 @@ def halt(console: ConsoleProcess, swarm: Swarm) -> None:
     for agent in swarm.agents:
         agent.version = "0.8.0"
     before = swarm.received_by()
-    r = _create(
+    r = create_rollout(
         console,
         name="halt",
         artifact={**ARTIFACT, "version": "0.9.1"},
@@ -126,12 +112,17 @@ def halt(console: ConsoleProcess, swarm: Swarm) -> None:
     with console.client() as c:
         c.post(f"/api/v1/fleet/rollouts/{r['id']}/start", json={}).raise_for_status()
         c.post(f"/api/v1/fleet/rollouts/{r['id']}/waves/0/dispatch").raise_for_status()
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            state = c.get(f"/api/v1/fleet/rollouts/{r['id']}", params={"targets": "false"}).json()
-            if state["state"] == "stalled":
-                break
-            time.sleep(0.01)
+        wait_for(
+            lambda: (
+                c.get(f"/api/v1/fleet/rollouts/{r['id']}", params={"targets": "false"}).json()[
+                    "state"
+                ]
+                == "stalled"
+            ),
+            30,
+            "the stall",
+            interval=0.01,
+        )
         refused = c.post(f"/api/v1/fleet/rollouts/{r['id']}/waves/1/dispatch").json()
         final = c.get(f"/api/v1/fleet/rollouts/{r['id']}").json()
     first = min(sent_at) if sent_at else float("nan")

@@ -98,7 +98,7 @@ def test(pytest_args: list[str]) -> int:
     run(BIN / "ruff", "check", ".")
     run(BIN / "ruff", "format", "--check", ".")
     say("mypy (strict on contracts/ and fleet_policy/)")
-    run(BIN / "mypy", "contracts", "fleet_policy", "console", "agent", "flows")
+    run(BIN / "mypy", "contracts", "fleet_policy", "console", "agent", "flows", "testkit")
     say("import-linter (layer rules from DESIGN.md)")
     run(BIN / "lint-imports")
     say("pytest")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent.selfupdate.signatures import SigningPublicKey
-from tests.agent.agent_testkit import Builds, build_agent, build_script, make_signing_key
+from testkit.builds import Builds, build_agent, build_script, make_signing_key
 
 
 def test_keygen_writes_a_private_seed_and_a_public_key_and_never_overwrites(

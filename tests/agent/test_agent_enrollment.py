@@ -21,7 +21,10 @@ from agent.httpclient import HttpRequest, HttpResponse, Transport
 from agent.state import StateStore
 from contracts.agent_types import AgentType
 from contracts.enrollment import EnrollRequest, enrollment_message
-from tests.agent.agent_testkit import answer, async_wait_until, free_port, verify
+from testkit.agent_state import verify
+from testkit.fake_console import answer
+from testkit.net import free_port
+from testkit.waiting import await_for
 
 BACKEND = "http://console.test"
 TOKEN = "itk_0123456789abcdef"
@@ -154,7 +157,7 @@ async def test_409_keeps_retrying_not_ready_without_flooding_then_enrolls(
     agent, readiness, store = enroller(tmp_path, console)
     readiness_holder.append(readiness)
     task = asyncio.create_task(agent.enroll())
-    await async_wait_until(lambda: len(console.requests) >= 40, what="40 enrollment attempts")
+    await await_for(lambda: len(console.requests) >= 40, what="40 enrollment attempts")
     assert readiness.reason() == "not enrolled: 409 name_in_use"
     assert not store.exists()
     release.set()
@@ -184,7 +187,7 @@ async def test_bad_token_is_retried_and_a_fixed_token_file_is_picked_up(
     console = FakeConsole(reply)
     agent, readiness, _ = enroller(tmp_path, console)
     task = asyncio.create_task(agent.enroll())
-    await async_wait_until(lambda: len(console.requests) >= 3, what="retries")
+    await await_for(lambda: len(console.requests) >= 3, what="retries")
     assert readiness.reason() == "not enrolled: 401 invalid_token"
     assert "401 invalid_token: unknown install token" in caplog.text
     assert "check the install token" in caplog.text
@@ -206,7 +209,7 @@ async def test_connection_refused_names_the_url_and_what_to_check(
     )
     task = asyncio.create_task(agent.enroll())
     try:
-        await async_wait_until(lambda: agent.attempts >= 5, what="5 attempts")
+        await await_for(lambda: agent.attempts >= 5, what="5 attempts")
     finally:
         task.cancel()
     assert (

@@ -7,17 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from agent.state import StateStore
-from tests.agent.agent_testkit import (
-    AgentProcess,
-    FakeConsole,
-    NatsServer,
-    agent_env,
-    free_port,
-    make_state,
-    run_cli,
-    wait_until,
-    write_state,
-)
+from testkit.agent_state import make_state, write_state
+from testkit.agents import AgentProcess, agent_env, run_cli
+from testkit.fake_console import FakeConsole
+from testkit.nats import NatsServer
+from testkit.net import free_port
+from testkit.waiting import wait_for
 
 TOKEN = "itk_process_test_token"
 
@@ -56,7 +51,7 @@ def test_enrolls_connects_heartbeats_and_keeps_its_identity_across_restarts(
     fake_console.nats = nats_server
     data_dir = tmp_path / "data"
     env = chart_env(fake_console, data_dir)
-    agent = AgentProcess(data_dir, env=env)
+    agent = AgentProcess(data_dir, env=env).start()
     agent_processes.append(agent)
 
     line = agent.wait_for_log("enrolled as agent")
@@ -64,7 +59,7 @@ def test_enrolls_connects_heartbeats_and_keeps_its_identity_across_restarts(
     assert state is not None
     assert state.agent_id in line
     agent.wait_for_log("nats connected to")
-    wait_until(lambda: agent.get("/readyz") == (200, "ok"), what="ready")
+    wait_for(lambda: agent.get("/readyz") == (200, "ok"), what="ready")
     assert agent.get("/livez") == (200, "ok")
     request = fake_console.requests[0]
     assert request["agent_type"] == "k8s-node-monitor"
@@ -72,11 +67,11 @@ def test_enrolls_connects_heartbeats_and_keeps_its_identity_across_restarts(
     assert request["install_token"] == TOKEN
     assert request["can_self_update"] is False  # Kubernetes agents are upgraded by helm
     assert agent.stop() == 0
-    assert "proxima-agent stopped" in agent.output
-    assert TOKEN not in agent.output
-    assert state.seed.get_secret_value() not in agent.output
+    assert "proxima-agent stopped" in agent.log()
+    assert TOKEN not in agent.log()
+    assert state.seed.get_secret_value() not in agent.log()
 
-    again = AgentProcess(data_dir, env=env)
+    again = AgentProcess(data_dir, env=env).start()
     agent_processes.append(again)
     again.wait_for_log(f"using identity of agent {state.agent_id}")
     again.wait_for_log("nats connected to")
@@ -97,18 +92,18 @@ def test_stays_not_ready_through_409s_then_enrolls(
     )
     fake_console.enroll_answers = [conflict] * 10 + [lambda body: (201, fake_console.success(body))]
     data_dir = tmp_path / "data"
-    agent = AgentProcess(data_dir, env=chart_env(fake_console, data_dir))
+    agent = AgentProcess(data_dir, env=chart_env(fake_console, data_dir)).start()
     agent_processes.append(agent)
 
     # The answer list runs out only after 10 conflicts: meanwhile the probe must fail.
-    _, reason = wait_until(
+    _, reason = wait_for(
         lambda: (r := agent.get("/readyz"))[0] == 503 and "409" in r[1] and r,
         what="503 naming the 409",
     )
     assert reason == "not enrolled: 409 name_in_use"
     agent.wait_for_log("enrolled as agent")
-    wait_until(lambda: agent.get("/readyz") == (200, "ok"), what="ready after enrollment")
-    refusals = [line for line in agent.lines if "409 name_in_use" in line]
+    wait_for(lambda: agent.get("/readyz") == (200, "ok"), what="ready after enrollment")
+    refusals = [line for line in agent.lines() if "409 name_in_use" in line]
     assert 0 < len(refusals) <= 4, refusals
 
 
@@ -124,14 +119,14 @@ def test_connection_refused_is_logged_with_what_to_check(
         PROXIMA_LOG_FORMAT="json",
         PROXIMA_LOG_LEVEL="warning",
     )
-    agent = AgentProcess(data_dir, env=env)
+    agent = AgentProcess(data_dir, env=env).start()
     agent_processes.append(agent)
     agent.wait_for_log(
         f"connection refused to backend {url}: check backendUrl and cluster egress rules"
     )
     assert agent.get("/readyz") == (503, f"not enrolled: connection refused to backend {url}")
     assert agent.stop() == 0, "SIGTERM while enrolling is a clean stop"
-    records: list[dict[str, Any]] = [json.loads(line) for line in agent.lines]
+    records: list[dict[str, Any]] = [json.loads(line) for line in agent.lines()]
     assert {"ts", "level", "logger", "msg"} <= set(records[0])
     assert {r["level"] for r in records} <= {"warning", "error"}, "log level not honoured"
     assert not (data_dir / "state.json").exists()
@@ -160,10 +155,10 @@ def test_two_processes_on_one_data_directory_are_warned_about(
     fake_console.nats = nats_server
     data_dir = tmp_path / "data"
     env = chart_env(fake_console, data_dir)
-    first = AgentProcess(data_dir, env=env)
+    first = AgentProcess(data_dir, env=env).start()
     agent_processes.append(first)
     first.wait_for_log("nats connected to")
-    second = AgentProcess(data_dir, env=env)
+    second = AgentProcess(data_dir, env=env).start()
     agent_processes.append(second)
     second.wait_for_log("another agent process is using data directory")
 
@@ -181,10 +176,10 @@ def test_an_agent_that_just_enrolled_stays_under_50_mib(
     fake_console.nats = nats_server
     data_dir = tmp_path / "data"
     env = chart_env(fake_console, data_dir, PROXIMA_AGENT_TYPE="host", PROXIMA_LOG_LEVEL="info")
-    agent = AgentProcess(data_dir, env=env)
+    agent = AgentProcess(data_dir, env=env).start()
     agent_processes.append(agent)
     agent.wait_for_log("enrolled as agent")
-    wait_until(lambda: agent.get("/readyz") == (200, "ok"), what="ready")
+    wait_for(lambda: agent.get("/readyz") == (200, "ok"), what="ready")
     agent.wait_for_log("nats connected to")
     rss = psutil.Process(agent.process.pid).memory_info().rss / 2**20
     print(f"RSS of the agent that just enrolled: {rss:.1f} MiB")

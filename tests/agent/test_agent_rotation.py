@@ -15,18 +15,11 @@ from agent.state import AgentState, StateStore
 from contracts import subjects
 from contracts.enrollment import RotationProof, rotation_message
 from contracts.messages import CommandResult, CommandStatus
-from tests.agent.agent_testkit import (
-    Inbox,
-    NatsServer,
-    answer,
-    async_wait_until,
-    enrolled,
-    ready,
-    running,
-    send_command,
-    settings,
-    verify,
-)
+from testkit.agent_state import verify
+from testkit.fake_console import answer
+from testkit.nats import NatsServer
+from testkit.runtime import Inbox, enrolled, ready, running, send_command, settings
+from testkit.waiting import await_for
 
 NONCE = "nonce-0123456789abcdef"
 
@@ -83,11 +76,11 @@ async def rotate(
     await client.subscribe(subjects.heartbeat(state.agent_id), cb=beats.handle)
     runtime = AgentRuntime(settings(tmp_path), backend_transport=console)
     async with running(runtime):
-        await async_wait_until(lambda: ready(runtime), what="agent ready")
+        await await_for(lambda: ready(runtime), what="agent ready")
         await send_command(client, state.agent_id, "rotate_credentials", "rot-1", nonce=NONCE)
-        await async_wait_until(lambda: results.messages, what="rotation result")
+        await await_for(lambda: results.messages, what="rotation result")
         if status == 200:
-            await async_wait_until(
+            await await_for(
                 lambda: (
                     runtime.session is not None
                     and runtime.session.connected_key == console.proofs[0].new_public_key
@@ -96,7 +89,7 @@ async def rotate(
                 what="ready with the new key",
             )
         beats.messages.clear()
-        await async_wait_until(lambda: beats.messages, what="heartbeat after the rotation")
+        await await_for(lambda: beats.messages, what="heartbeat after the rotation")
     await client.close()
     return state, runtime, console, results.messages, beats.messages
 
@@ -171,9 +164,9 @@ async def test_a_rotation_without_a_nonce_is_rejected(
     await client.subscribe(subjects.command_result(state.agent_id), cb=results.handle)
     runtime = AgentRuntime(settings(tmp_path))
     async with running(runtime):
-        await async_wait_until(lambda: ready(runtime), what="agent ready")
+        await await_for(lambda: ready(runtime), what="agent ready")
         await send_command(client, state.agent_id, "rotate_credentials", "rot-x")
-        await async_wait_until(lambda: results.messages, what="rejection")
+        await await_for(lambda: results.messages, what="rejection")
     await client.close()
     result = CommandResult.model_validate(results.messages[0])
     assert result.status is CommandStatus.REJECTED

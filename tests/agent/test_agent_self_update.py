@@ -23,20 +23,11 @@ import pytest
 from agent.state import AgentState
 from contracts import subjects
 from contracts.messages import CommandResult, CommandStatus, Heartbeat
-from tests.agent.agent_testkit import (
-    AgentProcess,
-    ArtifactServer,
-    Build,
-    Builds,
-    Inbox,
-    NatsServer,
-    agent_env,
-    async_wait_until,
-    build_agent,
-    enrolled,
-    make_signing_key,
-    send_command,
-)
+from testkit.agents import AgentProcess, agent_env
+from testkit.builds import ArtifactServer, Build, Builds, build_agent, make_signing_key
+from testkit.nats import NatsServer
+from testkit.runtime import Inbox, enrolled, send_command
+from testkit.waiting import await_for
 
 HEALTH_TIMEOUT = "4s"
 
@@ -84,9 +75,7 @@ class Console:
         ]
 
     async def result(self, command_id: str, timeout: float = 30) -> CommandResult:
-        await async_wait_until(
-            lambda: self.results_for(command_id), timeout, f"result of {command_id}"
-        )
+        await await_for(lambda: self.results_for(command_id), timeout, f"result of {command_id}")
         return self.results_for(command_id)[0]
 
     def versions(self) -> list[str]:
@@ -128,7 +117,7 @@ def install(
         program=program,
         wrapper=wrapper,
         restart_on_failure=restart_on_failure,
-    )
+    ).start()
     return Host(program, data_dir, state, agent)
 
 
@@ -144,7 +133,7 @@ async def console_for(nats: NatsServer, host: Host) -> AsyncIterator[Console]:
 
 
 async def ready(host: Host, console: Console, version: str) -> None:
-    await async_wait_until(
+    await await_for(
         lambda: version in console.versions(), 20, f"a heartbeat from version {version}"
     )
 
@@ -196,7 +185,7 @@ async def test_updates_to_the_new_build_reexecs_and_reports_once(
         assert len(console.results_for("upd-1")) == 1
         # Sent again after it finished: the stored result, not a second update.
         await console.send("upd-1", **args)
-        await async_wait_until(lambda: len(console.results_for("upd-1")) == 2, what="replay")
+        await await_for(lambda: len(console.results_for("upd-1")) == 2, what="replay")
 
     assert result.status is CommandStatus.SUCCEEDED, result
     assert result.detail == {"old_version": "0.8.0", "new_version": "0.9.0"}
@@ -213,7 +202,7 @@ async def test_updates_to_the_new_build_reexecs_and_reports_once(
     assert set(versions[:first_new]) == {"0.8.0"} and set(versions[first_new:]) == {"0.9.0"}, (
         "one process at a time: the trial never heartbeats"
     )
-    log = host.agent.output
+    log = host.agent.log()
     assert "update trial for agent" in log
     assert "self_update complete: 0.8.0 -> 0.9.0" in log
     print(f"self_update 0.8.0 -> 0.9.0: result after {took:.2f}s")
@@ -284,7 +273,7 @@ async def test_without_a_signing_key_self_update_is_rejected(
     assert result.error == "no signing public key configured: refusing to install unsigned builds"
     assert beat.can_self_update is False, "declared up front, so rollouts exclude it"
     assert artifacts.downloads == []
-    assert "self-update not possible (no signing public key configured" in host.agent.output
+    assert "self-update not possible (no signing public key configured" in host.agent.log()
 
 
 def _read_only_wrapper(directory: Path) -> list[str] | None:
@@ -361,7 +350,7 @@ async def test_a_build_that_hangs_at_start_is_killed_and_the_old_one_kept(
         await console.send("hang", **builds.hangs.artifact(artifacts.url))
         result = await console.result("hang")
         beats_after = len(console.beats.messages)
-        await async_wait_until(lambda: len(console.beats.messages) > beats_after, what="beat")
+        await await_for(lambda: len(console.beats.messages) > beats_after, what="beat")
     assert result.status is CommandStatus.FAILED
     assert result.error == "new version 0.9.1 did not become healthy within 4s; restored 0.8.0"
     assert host.agent.process.pid == pid
@@ -389,7 +378,7 @@ async def test_a_build_that_never_connects_after_the_handover_brings_the_old_one
     assert result.error == "new version 0.9.2 did not become healthy within 4s; restored 0.8.0"
     assert pong.detail["version"] == "0.8.0"
     assert host.program.read_bytes() == builds.old.path.read_bytes()
-    assert "self_update: 0.9.2 took over from 0.8.0" in host.agent.output
+    assert "self_update: 0.9.2 took over from 0.8.0" in host.agent.log()
     assert leftovers(host) == []
 
 
@@ -446,8 +435,8 @@ def test_a_rollout_from_the_real_console_updates_a_real_agent(
     """The whole path: artifact hosted by the Console, rollout dispatch, JWT-authenticated NATS,
     result ingestion. The Console must see 0.9.0 and no shared identity (the trial's brief
     second connection never heartbeats)."""
-    from tests.support.console import ConsoleProcess
-    from tests.support.waiting import wait_for
+    from testkit.console import ConsoleProcess
+    from testkit.waiting import wait_for
 
     console = ConsoleProcess(tmp_path / "console").start()
     try:
@@ -463,7 +452,7 @@ def test_a_rollout_from_the_real_console_updates_a_real_agent(
             PROXIMA_UPDATE_HEALTH_TIMEOUT="20s",
         )
         env.pop("PYTHONPATH", None)
-        agent = AgentProcess(tmp_path / "data", env=env, program=program)
+        agent = AgentProcess(tmp_path / "data", env=env, program=program).start()
         agent_processes.append(agent)
         agent.wait_for_log("nats connected to", 30)
         agent_id = json.loads((tmp_path / "data" / "state.json").read_text())["agent_id"]

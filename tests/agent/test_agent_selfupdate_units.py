@@ -21,7 +21,7 @@ from agent.selfupdate.program import FileOperationError, ProgramFiles, go_strerr
 from agent.selfupdate.signatures import SigningPublicKey, load_signing_key
 from contracts.agent_types import AgentType
 from contracts.messages import Command, CommandKind, CommandStatus
-from tests.agent.agent_testkit import ArtifactServer, Builds
+from testkit.builds import ArtifactServer, Builds
 
 
 def command(args: dict[str, object], command_id: str = "cmd-1") -> Command:

@@ -14,19 +14,11 @@ from agent.state import StateStore
 from contracts import subjects
 from contracts.agent_types import AgentType
 from contracts.messages import CommandResult, CommandStatus, Heartbeat, HostMetrics
-from tests.agent.agent_testkit import (
-    Inbox,
-    NatsServer,
-    answer,
-    async_wait_until,
-    enrolled,
-    new_seed,
-    public_of,
-    ready,
-    running,
-    send_command,
-    settings,
-)
+from testkit.agent_state import new_seed, public_of
+from testkit.fake_console import answer
+from testkit.nats import NatsServer
+from testkit.runtime import Inbox, enrolled, ready, running, send_command, settings
+from testkit.waiting import await_for
 
 
 async def test_heartbeats_and_metrics_arrive_on_the_agents_subjects(
@@ -42,8 +34,8 @@ async def test_heartbeats_and_metrics_arrive_on_the_agents_subjects(
     await client.subscribe(subjects.metrics(state.agent_id), cb=metrics.handle)
     runtime = AgentRuntime(settings(tmp_path))
     async with running(runtime):
-        await async_wait_until(lambda: len(beats.messages) >= 3, what="3 heartbeats")
-        await async_wait_until(lambda: metrics.messages, what="host metrics")
+        await await_for(lambda: len(beats.messages) >= 3, what="3 heartbeats")
+        await await_for(lambda: metrics.messages, what="host metrics")
         assert ready(runtime)
     await client.close()
 
@@ -74,13 +66,13 @@ async def test_a_command_sent_twice_runs_once_and_both_get_the_result(
     await client.subscribe(subjects.command_result(state.agent_id), cb=results.handle)
     runtime = AgentRuntime(settings(tmp_path))
     async with running(runtime):
-        await async_wait_until(lambda: ready(runtime), what="agent ready")
+        await await_for(lambda: ready(runtime), what="agent ready")
         await send_command(client, state.agent_id, "ping", "cmd-1")
         await send_command(client, state.agent_id, "ping", "cmd-1")
-        await async_wait_until(lambda: len(results.messages) >= 2, what="two results")
+        await await_for(lambda: len(results.messages) >= 2, what="two results")
         await send_command(client, state.agent_id, "self_update", "cmd-2", version="0.9.0")
         await client.publish(subjects.commands(state.agent_id), b"{not json")
-        await async_wait_until(lambda: len(results.messages) >= 3, what="third result")
+        await await_for(lambda: len(results.messages) >= 3, what="third result")
         assert runtime.dispatcher is not None
         assert runtime.dispatcher.executed == ["cmd-1", "cmd-2"]
 
@@ -97,9 +89,9 @@ async def test_a_command_sent_twice_runs_once_and_both_get_the_result(
     results.messages.clear()
     runtime2 = AgentRuntime(settings(tmp_path))
     async with running(runtime2):
-        await async_wait_until(lambda: ready(runtime2), what="agent ready again")
+        await await_for(lambda: ready(runtime2), what="agent ready again")
         await send_command(client, state.agent_id, "ping", "cmd-1")
-        await async_wait_until(lambda: results.messages, what="stored result")
+        await await_for(lambda: results.messages, what="stored result")
         assert runtime2.dispatcher is not None
         assert runtime2.dispatcher.executed == []
     assert CommandResult.model_validate(results.messages[0]) == first
@@ -115,17 +107,17 @@ async def test_reconnects_after_a_nats_restart_without_losing_identity(
     nats_server.reload()
     runtime = AgentRuntime(settings(tmp_path))
     async with running(runtime):
-        await async_wait_until(lambda: ready(runtime), what="agent ready")
+        await await_for(lambda: ready(runtime), what="agent ready")
         nats_server.stop()
-        await async_wait_until(
+        await await_for(
             lambda: (runtime.readiness.reason() or "").startswith("nats "), what="not ready"
         )
         nats_server.start()
-        await async_wait_until(lambda: ready(runtime), what="ready after restart")
+        await await_for(lambda: ready(runtime), what="ready after restart")
         client = await nats_server.connect()
         beats = Inbox()
         await client.subscribe(subjects.heartbeat(state.agent_id), cb=beats.handle)
-        await async_wait_until(lambda: beats.messages, what="heartbeat after restart")
+        await await_for(lambda: beats.messages, what="heartbeat after restart")
         await client.close()
     assert "nats disconnected from" in caplog.text
     assert "nats reconnected to" in caplog.text
@@ -141,10 +133,10 @@ async def test_a_revoked_key_is_reported_and_retried_until_allowed_again(
     nats_server.reload()
     runtime = AgentRuntime(settings(tmp_path))
     async with running(runtime):
-        await async_wait_until(lambda: ready(runtime), what="agent ready")
+        await await_for(lambda: ready(runtime), what="agent ready")
         nats_server.revoke(state.public_key)
         nats_server.reload()
-        await async_wait_until(
+        await await_for(
             lambda: (
                 runtime.readiness.reason()
                 == "nats authorization refused: identity revoked, released or rotated"
@@ -154,12 +146,10 @@ async def test_a_revoked_key_is_reported_and_retried_until_allowed_again(
         session = runtime.session
         assert session is not None
         refused_from = session.attempts
-        await async_wait_until(
-            lambda: session.attempts >= refused_from + 6, what="six refused attempts"
-        )
+        await await_for(lambda: session.attempts >= refused_from + 6, what="six refused attempts")
         nats_server.allow(state.public_key, state.agent_id)
         nats_server.reload()
-        await async_wait_until(lambda: ready(runtime), what="ready once allowed again")
+        await await_for(lambda: ready(runtime), what="ready once allowed again")
     refused = [r for r in caplog.records if "nats authorization refused" in r.getMessage()]
     assert 0 < len(refused) <= 4, [r.getMessage() for r in refused]
     assert "Authorization Violation" in refused[0].getMessage()
@@ -176,7 +166,7 @@ async def test_pending_key_is_promoted_when_the_old_one_is_refused(
     nats_server.reload()
     runtime = AgentRuntime(settings(tmp_path))
     async with running(runtime):
-        await async_wait_until(lambda: ready(runtime), what="ready with the pending key")
+        await await_for(lambda: ready(runtime), what="ready with the pending key")
     after = StateStore(tmp_path).read()
     assert after is not None
     assert after.seed.get_secret_value() == pending
@@ -193,7 +183,7 @@ async def test_publishing_outside_the_agents_prefix_is_refused(
     nats_server.reload()
     runtime = AgentRuntime(settings(tmp_path))
     async with running(runtime):
-        await async_wait_until(lambda: ready(runtime), what="agent ready")
+        await await_for(lambda: ready(runtime), what="agent ready")
         assert runtime.session is not None
         with pytest.raises(ValueError, match="only under"):
             await runtime.session.publish(subjects.heartbeat("someone-else"), b"{}")
@@ -239,7 +229,7 @@ async def test_the_enroll_then_connect_path_in_process(
         backend_transport=console,
     )
     async with running(runtime):
-        await async_wait_until(lambda: ready(runtime), what="enrolled and connected")
+        await await_for(lambda: ready(runtime), what="enrolled and connected")
         assert runtime.store.current.name == "node-7"
     assert seen == [False]
     assert (tmp_path / "state.json").exists()

@@ -18,7 +18,8 @@ from agent.errors import (
 from agent.files import write_atomic
 from agent.state import StateStore
 from contracts.agent_types import AgentType
-from tests.agent.agent_testkit import make_state, run_cli, write_state
+from testkit.agent_state import make_state, write_state
+from testkit.agents import run_cli
 
 
 def test_state_file_is_written_with_mode_0600_and_no_temp_files(tmp_path: Path) -> None:

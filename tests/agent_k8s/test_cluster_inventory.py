@@ -7,8 +7,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.agent_k8s.conftest import MAX_PAYLOAD
-from tests.agent_k8s.k8s_testkit import (
+from testkit.console import ConsoleProcess
+from testkit.k8s import (
+    MAX_PAYLOAD,
     NatsObserver,
     cluster_agent,
     cluster_inventory,
@@ -16,9 +17,8 @@ from tests.agent_k8s.k8s_testkit import (
     register_cluster,
     stop_all,
 )
-from tests.support.console import ConsoleProcess
-from tests.support.kube import FleetSpec, KubeApiDouble, objects, seed_fleet
-from tests.support.waiting import wait_for
+from testkit.kube import FleetSpec, KubeApiDouble, objects, seed_fleet
+from testkit.waiting import wait_for
 
 EXCLUDED = {"kube-system", "kube-public"}
 

@@ -20,8 +20,8 @@ from agent.settings import AgentSettings
 from contracts import subjects
 from contracts.agent_types import AgentType
 from contracts.inventory import assemble, split_chunk
-from tests.agent.agent_testkit import make_state
-from tests.support.kube import FleetSpec, KubeApiDouble, objects, seed_fleet
+from testkit.agent_state import make_state
+from testkit.kube import FleetSpec, KubeApiDouble, objects, seed_fleet
 
 CONFIG = InventoryConfig("Prod", "prod", 300.0, pod_limit=5000)
 SPEC = FleetSpec(pods=90, nodes=3, app_namespaces=3, rollouts=1)

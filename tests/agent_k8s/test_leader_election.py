@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from agent.cluster import STANDING_BY, LeaseElector, LeaseLock, LeaseTiming
-from tests.agent.agent_testkit import async_wait_until
-from tests.agent_k8s.k8s_testkit import (
+from testkit.console import ConsoleProcess
+from testkit.k8s import (
     LEASE_DURATION,
     RETRY_PERIOD,
     NatsObserver,
@@ -24,9 +24,8 @@ from tests.agent_k8s.k8s_testkit import (
     register_cluster,
     stop_all,
 )
-from tests.support.console import ConsoleProcess
-from tests.support.kube import FleetSpec, KubeApiDouble, objects, seed_fleet
-from tests.support.waiting import wait_for
+from testkit.kube import FleetSpec, KubeApiDouble, objects, seed_fleet
+from testkit.waiting import await_for, wait_for
 
 TIMING = LeaseTiming(lease_duration=2.0, renew_deadline=1.5, retry_period=0.3)
 NAMESPACE = "proxima-system"
@@ -99,9 +98,9 @@ async def test_one_of_three_leads_the_others_stand_by_and_say_so_once(
     caplog.set_level(logging.INFO, logger="agent.cluster.election")
     for name in ("a", "b", "c"):
         campaign.start(name)
-    leader = (await async_wait_until(campaign.leaders, 5, "a leader"))[0]
+    leader = (await await_for(campaign.leaders, 5, "a leader"))[0]
     # Many retry periods of standing by, still one line per standby.
-    await async_wait_until(
+    await await_for(
         lambda: len(kube_api.requests(verb="get", resource="leases")) > 30, 10, "retries"
     )
     assert campaign.leaders() == [leader]
@@ -119,11 +118,11 @@ async def test_a_standby_takes_over_within_the_lease_duration_when_the_leader_di
 ) -> None:
     for name in ("a", "b"):
         campaign.start(name)
-    leader = (await async_wait_until(campaign.leaders, 5, "a leader"))[0]
+    leader = (await await_for(campaign.leaders, 5, "a leader"))[0]
     other = "b" if leader == "a" else "a"
     await campaign.crash(leader)
     died = time.monotonic()
-    await async_wait_until(lambda: campaign.electors[other].is_leader, 5, "takeover")
+    await await_for(lambda: campaign.electors[other].is_leader, 5, "takeover")
     took = time.monotonic() - died
     # The standby saw the last renewal up to one (jittered) retry period late, and notices the
     # expiry up to one more late: lease - retry <= took <= lease + 2 x retry x 1.2.
@@ -139,12 +138,12 @@ async def test_a_leader_that_releases_hands_over_within_a_retry_period(
 ) -> None:
     for name in ("a", "b"):
         campaign.start(name)
-    leader = (await async_wait_until(campaign.leaders, 5, "a leader"))[0]
+    leader = (await await_for(campaign.leaders, 5, "a leader"))[0]
     other = "b" if leader == "a" else "a"
     await campaign.crash(leader)
     await campaign.electors[leader].release()
     released = time.monotonic()
-    await async_wait_until(lambda: campaign.electors[other].is_leader, 5, "takeover")
+    await await_for(lambda: campaign.electors[other].is_leader, 5, "takeover")
     assert time.monotonic() - released <= 2 * TIMING.retry_period + 0.2
     lease = kube_api.get("leases", LEASE, NAMESPACE)
     assert lease is not None and lease["spec"]["leaseTransitions"] == 1
@@ -155,14 +154,14 @@ async def test_a_leader_that_cannot_renew_stops_leading_before_its_lease_expires
 ) -> None:
     caplog.set_level(logging.INFO, logger="agent.cluster.election")
     elector = campaign.start("solo")
-    await async_wait_until(lambda: elector.is_leader, 5, "leading")
+    await await_for(lambda: elector.is_leader, 5, "leading")
     kube_api.down()
     down = time.monotonic()
-    await async_wait_until(lambda: not elector.is_leader, 5, "leadership lapsed")
+    await await_for(lambda: not elector.is_leader, 5, "leadership lapsed")
     assert time.monotonic() - down <= TIMING.renew_deadline + 0.1
-    await async_wait_until(lambda: "lost leadership" in caplog.text, 5, "the log line")
+    await await_for(lambda: "lost leadership" in caplog.text, 5, "the log line")
     kube_api.up()
-    await async_wait_until(lambda: elector.is_leader, 5, "leading again")
+    await await_for(lambda: elector.is_leader, 5, "leading again")
     assert caplog.text.count("cannot reach the API server") == 1
     assert caplog.text.count("readable again") == 1
 
@@ -172,9 +171,7 @@ async def test_a_forbidden_lease_is_reported_once_with_the_fix(
 ) -> None:
     kube_api.forbid("leases", group="coordination.k8s.io", verbs=["get", "create", "update"])
     elector = campaign.start("a")
-    await async_wait_until(
-        lambda: len(kube_api.requests(resource="leases")) >= 5, 5, "five attempts"
-    )
+    await await_for(lambda: len(kube_api.requests(resource="leases")) >= 5, 5, "five attempts")
     assert not elector.is_leader
     assert caplog.text.count("forbidden to use lease proxima-system/") == 1
     assert "leader-election Role must grant get, create and update on leases" in caplog.text

@@ -15,16 +15,16 @@ import pytest
 from agent.host_metrics import HostMetricsCollector
 from agent.node import KubeletClient, KubeletConfig, KubeletProblem, NodeMetricsCollector
 from agent.node.kubelet import RBAC_FIX, KubeletError, summarize
-from tests.agent_k8s.k8s_testkit import (
+from testkit.agents import AgentProcess
+from testkit.console import ConsoleProcess
+from testkit.k8s import (
     FakeKubelet,
     NatsObserver,
     register_cluster,
     stats_summary,
 )
-from tests.support.agents import AgentProcess
-from tests.support.console import ConsoleProcess
-from tests.support.net import free_port
-from tests.support.waiting import wait_for
+from testkit.net import free_port
+from testkit.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -149,7 +149,7 @@ from agent.cli import app
 from agent.runtime import AgentRuntime
 from agent.collector_factory import default_collectors
 from agent.settings import AgentSettings
-from tests.agent.agent_testkit import make_state
+from testkit.agent_state import make_state
 from contracts.agent_types import AgentType
 settings = AgentSettings(
     agent_type="k8s-node-monitor", kubelet_url="https://127.0.0.1:10250",

@@ -19,8 +19,8 @@ from agent.cluster import (
     LeaseLock,
     LeaseTiming,
 )
-from tests.chart.chart_rendering import CI_VALUES, Helm, env
-from tests.support.kube import FleetSpec, KubeApiDouble, objects, seed_fleet
+from testkit.chart import CI_VALUES, Helm, env
+from testkit.kube import FleetSpec, KubeApiDouble, objects, seed_fleet
 
 RELEASE_NAMESPACE = "proxima-system"
 

@@ -16,7 +16,7 @@ import pytest
 
 from agent import signals
 from agent.settings import ENV_PREFIX, AgentSettings
-from tests.chart.chart_rendering import REPO, Helm, container, env, mounts, pod_spec
+from testkit.chart import REPO, Helm, container, env, mounts, pod_spec
 
 DOCKERFILE = REPO / "docker" / "agent.Dockerfile"
 DOWNWARD_API = {
@@ -59,10 +59,15 @@ def full(helm: Helm, ci_values):
 
 def test_every_proxima_variable_the_chart_sets_is_a_setting_of_the_agent(full):
     fields = set(AgentSettings.model_fields)
-    for workload in (full.daemonset, full.statefulset):
-        for name in env(workload):
-            if name.startswith(ENV_PREFIX):
-                assert name.removeprefix(ENV_PREFIX).lower() in fields, name
+    names = [
+        name
+        for workload in (full.daemonset, full.statefulset)
+        for name in env(workload)
+        if name.startswith(ENV_PREFIX)
+    ]
+    assert names, "the chart sets no PROXIMA_ variable at all"
+    for name in names:
+        assert name.removeprefix(ENV_PREFIX).lower() in fields, name
 
 
 def test_the_node_agent_environment_parses_into_the_settings_the_chart_means(

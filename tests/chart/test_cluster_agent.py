@@ -6,8 +6,7 @@ import copy
 
 import pytest
 
-from tests.chart.chart_pod_security import restricted_violations
-from tests.chart.chart_rendering import (
+from testkit.chart import (
     NAMESPACE,
     RELEASE,
     Helm,
@@ -17,6 +16,7 @@ from tests.chart.chart_rendering import (
     pod_spec,
     volumes,
 )
+from testkit.pod_security import restricted_violations
 
 NAME = f"{RELEASE}-cluster-agent"
 READ = ["get", "list", "watch"]
@@ -253,7 +253,9 @@ def test_the_cluster_role_grants_exactly_the_read_only_inventory_rules(quick):
 
 
 def test_the_cluster_role_never_reaches_secrets_or_configmaps_and_never_writes(quick):
-    for rule in quick.get("ClusterRole", NAME)["rules"]:
+    rules = quick.get("ClusterRole", NAME)["rules"]
+    assert rules
+    for rule in rules:
         assert not {"secrets", "configmaps", "*"} & set(rule["resources"])
         assert set(rule["verbs"]) <= {"get", "list", "watch"}
         assert "*" not in rule["apiGroups"]
@@ -321,9 +323,15 @@ def test_a_namespace_created_by_the_chart_admits_what_the_chart_deploys(helm: He
 
 def test_namespace_name_moves_every_namespaced_resource_and_the_lease_role(helm: Helm, ci_values):
     rendering = helm.template([ci_values["quick-start"]], {"namespace.name": "proxima-agents"})
-    for doc in rendering.documents:
-        if doc["kind"] not in {"ClusterRole", "ClusterRoleBinding"}:
-            assert doc["metadata"]["namespace"] == "proxima-agents", doc["kind"]
-    for kind in ("ClusterRoleBinding", "RoleBinding"):
-        for binding in rendering.all(kind):
-            assert binding["subjects"][0]["namespace"] == "proxima-agents"
+    namespaced = [
+        doc
+        for doc in rendering.documents
+        if doc["kind"] not in {"ClusterRole", "ClusterRoleBinding"}
+    ]
+    assert namespaced
+    for doc in namespaced:
+        assert doc["metadata"]["namespace"] == "proxima-agents", doc["kind"]
+    bindings = [b for kind in ("ClusterRoleBinding", "RoleBinding") for b in rendering.all(kind)]
+    assert bindings
+    for binding in bindings:
+        assert binding["subjects"][0]["namespace"] == "proxima-agents"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chart.chart_rendering import CHART, REPO, Helm, env
+from testkit.chart import CHART, REPO, Helm, env
 
 DOCS = REPO / "docs" / "chart.md"
 

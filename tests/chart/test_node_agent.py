@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.chart.chart_pod_security import restricted_violations
-from tests.chart.chart_rendering import (
+from testkit.chart import (
     NAMESPACE,
     Helm,
     container,
@@ -18,6 +17,7 @@ from tests.chart.chart_rendering import (
     pod_spec,
     volumes,
 )
+from testkit.pod_security import restricted_violations
 
 DATA = "/var/lib/proxima-agent"
 # The page's check, verbatim but for the kubectl invocation (no cluster here).
@@ -205,9 +205,10 @@ def test_every_host_path_but_the_data_directory_is_mounted_read_only(quick):
     ds = quick.daemonset
     host_volumes = {name for name, v in volumes(ds).items() if "hostPath" in v}
     assert host_volumes == {"data", "host-proc", "host-sys", "host-machine-id", "host-dmi"}
-    for mount in mounts(ds).values():
-        if mount["name"] in host_volumes - {"data"}:
-            assert mount.get("readOnly") is True, mount
+    host_mounts = [m for m in mounts(ds).values() if m["name"] in host_volumes - {"data"}]
+    assert {m["name"] for m in host_mounts} == host_volumes - {"data"}
+    for mount in host_mounts:
+        assert mount.get("readOnly") is True, mount
 
 
 def test_the_install_token_is_a_read_only_file_from_the_chart_created_secret(quick):

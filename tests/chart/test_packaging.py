@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 import contracts
-from tests.chart.chart_rendering import CHART, Helm
+from testkit.chart import CHART, Helm
 
 TEMPLATES = CHART / "templates"
 
@@ -33,7 +33,9 @@ def test_templates_use_nothing_that_changes_between_renders():
         r"|dateInZone|unixEpoch|genCA|genPrivateKey|genSelfSignedCert|genSignedCert"
         r"|derivePassword|lookup)\b"
     )
-    for path in TEMPLATES.iterdir():
+    templates = sorted(TEMPLATES.iterdir())
+    assert templates, f"no templates in {TEMPLATES}"
+    for path in templates:
         # Comments may name the functions; only template actions count.
         actions = re.findall(r"\{\{(?!/\*)(.*?)\}\}", path.read_text(), re.S)
         used = sorted({m for a in actions for m in forbidden.findall(a)})

@@ -13,7 +13,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from tests.chart.chart_rendering import KUBE_VERSIONS, NAMESPACE, RELEASE, Helm
+from testkit.chart import KUBE_VERSIONS, NAMESPACE, RELEASE, Helm
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("PROXIMA_UPDATE_GOLDEN") == "1"
@@ -83,7 +83,9 @@ def test_rendered_manifests_match_the_golden_snapshot(helm: Helm, ci_values, sce
 def test_every_resource_carries_the_standard_labels_and_the_release_namespace(
     helm: Helm, ci_values, scenario: str
 ):
-    for doc in helm.template([ci_values[scenario]]).documents:
+    documents = helm.template([ci_values[scenario]]).documents
+    assert documents
+    for doc in documents:
         meta = doc["metadata"]
         labels = meta["labels"]
         assert labels["app.kubernetes.io/name"] == "proxima-agent"
@@ -105,6 +107,7 @@ def test_common_labels_and_annotations_reach_every_resource_and_pod(helm: Helm, 
             "namespace.create": True,
         },
     )
+    assert rendering.documents
     for doc in rendering.documents:
         meta = doc["metadata"]
         assert meta["labels"]["team"] == "platform", doc["kind"]

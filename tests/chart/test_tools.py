@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chart.chart_rendering import REPO
+from testkit.chart import REPO
 
 SCRIPT = REPO / "scripts" / "tools.py"
 

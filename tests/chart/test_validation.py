@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chart.chart_rendering import Helm, RenderError
+from testkit.chart import Helm, RenderError
 
 VALID = {
     "backendUrl": "https://api-console.prxm.uz",

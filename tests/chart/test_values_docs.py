@@ -14,8 +14,8 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.chart.chart_rendering import CHART, REPO
-from tests.chart.chart_values_doc import document, leaf_paths, section, table, with_section
+from testkit.chart import CHART, REPO
+from testkit.values_doc import document, leaf_paths, section, table, with_section
 
 VALUES = CHART / "values.yaml"
 SCHEMA = CHART / "values.schema.json"
@@ -82,6 +82,7 @@ def test_every_value_the_page_names_exists(values, path: str):
 def test_every_value_is_documented_with_a_helm_docs_comment():
     rows, missing = document(VALUES)
     assert missing == [], "values without a `# --` comment above them"
+    assert rows, "no values documented at all"
     assert all(row.description for row in rows)
 
 

@@ -8,8 +8,8 @@ import nats
 
 from contracts import subjects
 from contracts.inventory import InventorySnapshot, ObjectSummary, encode_chunks
-from tests.support.console import Identity
-from tests.support.waiting import wait_for
+from testkit.console import Identity
+from testkit.waiting import wait_for
 
 
 def _snapshot(slug, pods=5000, sync=300.0):

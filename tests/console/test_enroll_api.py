@@ -5,9 +5,8 @@ The quiet window is 1.5 s here (PROXIMA_IDENTITY_QUIET_SECONDS) instead of 300 s
 
 import httpx
 
-from tests.conftest import QUIET_SECONDS
-from tests.support.console import Identity
-from tests.support.waiting import wait_for
+from testkit.console import QUIET_SECONDS, Identity
+from testkit.waiting import wait_for
 
 
 def _quiet(console, agent_id):
@@ -227,6 +226,7 @@ def test_install_tokens_are_shown_once_and_stored_hashed(console):
     raw = console.install_token(name="once")
     with console.client() as c:
         listed = c.get("/api/v1/install-tokens").json()
+    assert listed, "the token just made is not listed"
     assert all("token" not in t for t in listed)
     assert listed[0]["prefix"] == raw[:10]
     db = console.data_dir / "console.core.db"

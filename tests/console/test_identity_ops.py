@@ -9,9 +9,8 @@ import pytest
 from nats.errors import Error as NatsError
 
 from contracts import subjects
-from tests.conftest import QUIET_SECONDS
-from tests.support.console import Identity
-from tests.support.waiting import await_for, wait_for
+from testkit.console import QUIET_SECONDS, Identity
+from testkit.waiting import await_for, wait_for
 
 
 async def _connect(console, ident: Identity, **kw):

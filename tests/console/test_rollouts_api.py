@@ -3,9 +3,9 @@ tests/flows drives the same through the flow)."""
 
 import pytest
 
-from tests.support.rollouts import ARTIFACT, create_rollout
-from tests.support.swarm import Swarm
-from tests.support.waiting import wait_for
+from testkit.rollouts import ARTIFACT, create_rollout
+from testkit.swarm import Swarm
+from testkit.waiting import wait_for
 
 
 def _create(console, **over):
@@ -59,6 +59,7 @@ def test_a_rollout_plans_waves_and_sends_each_agent_one_command(console, swarm):
     assert _post(console, f"/{r['id']}/complete").json()["state"] == "succeeded"
     done = _get(console, r["id"])
     assert done["counts"]["succeeded"] == 6
+    assert len(done["targets"]) == 6
     assert all(t["new_version"] == "0.9.0" for t in done["targets"])
     assert set(s.received_by().values()) == {1}
 
@@ -89,6 +90,7 @@ def test_crossing_the_threshold_stalls_and_no_later_wave_receives_anything(conso
     refused = _post(console, f"/{r['id']}/waves/1/dispatch").json()
     assert refused["sent"] == 0 and refused["refused"] == "rollout is stalled"
     later = {t["agent_name"] for t in stalled["targets"] if t["wave"] == 1}
+    assert later, "no later wave to hold back"
     assert all(s.received_by()[n] == 0 for n in later)
     resumed = _post(console, f"/{r['id']}/resume").json()
     assert resumed["state"] == "running"
@@ -138,7 +140,7 @@ def test_a_missing_result_becomes_timed_out_after_the_wave_timeout(console, swar
 
 def test_agents_that_cannot_self_update_or_share_an_identity_are_excluded_up_front(console, swarm):
     swarm(2)
-    from tests.support.console import Identity
+    from testkit.console import Identity
 
     token = console.install_token()
     ro = Identity(name="readonly-host")

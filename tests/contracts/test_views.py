@@ -24,7 +24,7 @@ from contracts.views import (
 )
 from contracts.vocabulary import AgentStatus, ErrorReason, ReleaseOutcome
 from fleet_policy import DEFAULT_QUIET_WINDOW_SECONDS, DEFAULT_STALE_AFTER_SECONDS
-from tests.support.console import Identity
+from testkit.console import Identity
 
 
 def _shape(model: type[BaseModel]) -> dict[str, bool]:

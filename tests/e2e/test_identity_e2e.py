@@ -4,9 +4,9 @@ import json
 import stat
 import uuid
 
-from tests.conftest import QUIET_SECONDS
-from tests.support.agents import fake_host_root
-from tests.support.waiting import wait_for
+from testkit.agents import fake_host_root
+from testkit.console import QUIET_SECONDS
+from testkit.waiting import wait_for
 
 MID1, MID7, MIDR = (uuid.uuid4().hex for _ in range(3))
 

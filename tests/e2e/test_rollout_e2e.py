@@ -18,8 +18,8 @@ import pytest
 
 from fleet_policy import AgentId
 from fleet_policy.waves import PercentGrowth, WavePolicy, plan_waves
-from tests.support.agents import AgentProcess
-from tests.support.waiting import wait_for
+from testkit.agents import AgentProcess
+from testkit.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 MOUNT = 'mount --make-rprivate / && mount --bind "$0" "$0" && exec "$@"'
@@ -89,17 +89,8 @@ def test_read_only_failures_stall_the_canary_and_the_later_wave_receives_nothing
             f"host-{i}",
             token,
             start=False,
-            command=[
-                "unshare",
-                "-m",
-                "sh",
-                "-c",
-                MOUNT,
-                str(bin_dir),
-                sys.executable,
-                str(program),
-                "run",
-            ],
+            wrapper=["unshare", "-m", "sh", "-c", MOUNT, str(bin_dir)],
+            program=program,
             env={
                 "PROXIMA_SIGNING_PUBLIC_KEY": builds["public_key"],
                 "PROXIMA_UPDATE_HEALTH_TIMEOUT": "20s",
@@ -148,12 +139,12 @@ def test_read_only_failures_stall_the_canary_and_the_later_wave_receives_nothing
         rollout = r.json()
     assert {t["agent_id"] for t in rollout["targets"] if t["wave"] == 0} == doomed
     for h in hosts[:2]:  # their image layer turns read-only after planning
-        bin_dir = Path(h.command[5])
+        bin_dir = Path(h.argv[5])
         subprocess.run(
             [
                 "nsenter",
                 "-t",
-                str(h.proc.pid),
+                str(h.process.pid),
                 "-m",
                 "mount",
                 "-o",
@@ -187,6 +178,7 @@ def test_read_only_failures_stall_the_canary_and_the_later_wave_receives_nothing
             for e in errors
         ), errors
         later = [t for t in stalled["targets"] if t["wave"] == 1]
+        assert later, "no later wave to hold back"
         assert all(t["status"] == "pending" and t["command_id"] is None for t in later)
         assert all(flow_console.agent(t["agent_id"])["version"] == "0.8.0" for t in later)
         with flow_console.client() as c:

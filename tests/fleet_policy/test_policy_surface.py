@@ -13,6 +13,7 @@ PACKAGE = Path(fleet_policy.__file__).parent
 
 def test_everything_in_all_exists_and_nothing_is_listed_twice() -> None:
     names = fleet_policy.__all__
+    assert names
     assert len(names) == len(set(names))
     for name in names:
         assert hasattr(fleet_policy, name), name
@@ -29,7 +30,9 @@ def _allowed(module: str) -> bool:
 
 
 def test_the_package_imports_only_the_standard_library_the_vocabulary_and_itself() -> None:
-    for module in sorted(PACKAGE.glob("*.py")):
+    modules = sorted(PACKAGE.glob("*.py"))
+    assert modules, f"no modules under {PACKAGE}"
+    for module in modules:
         for node in ast.walk(ast.parse(module.read_text(), filename=str(module))):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
@@ -56,7 +59,12 @@ def test_importing_the_package_loads_no_pydantic_and_only_the_vocabulary_of_cont
 
 
 def test_every_exception_ends_in_error() -> None:
-    for name in fleet_policy.__all__:
-        value = getattr(fleet_policy, name)
-        if isinstance(value, type) and issubclass(value, BaseException):
-            assert name.endswith("Error"), name
+    exceptions = [
+        name
+        for name in fleet_policy.__all__
+        if isinstance(value := getattr(fleet_policy, name), type)
+        and issubclass(value, BaseException)
+    ]
+    assert exceptions, "fleet_policy exports no exception"
+    for name in exceptions:
+        assert name.endswith("Error"), name

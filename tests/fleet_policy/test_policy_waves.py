@@ -64,6 +64,7 @@ def test_the_plan_is_the_same_for_the_same_seed_and_differs_for_another() -> Non
 
 def test_wave_of_finds_the_wave_holding_an_agent() -> None:
     plan = plan_waves(ids(10), WavePolicy(canary_size=2), seed=3)
+    assert sum(len(wave.agent_ids) for wave in plan.waves) == 10
     for wave in plan.waves:
         for agent_id in wave.agent_ids:
             assert plan.wave_of(agent_id) == wave.index

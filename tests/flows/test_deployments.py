@@ -52,6 +52,7 @@ def test_prefect_deploy_all_creates_every_deployment_with_enforced_schemas(prefe
             }
 
     deployments = asyncio.run(read_all())
+    assert deployments and len(deployments) == len(spec["deployments"])
     for name, dep in deployments.items():
         assert dep.enforce_parameter_schema is True, name
         assert dep.work_pool_name == "proxima-process", name

@@ -13,11 +13,11 @@ from contracts import subjects
 from contracts.inventory import InventorySnapshot, encode_chunks
 from flows.audit import fleet_audit
 from flows.identity_release import identity_release
-from tests.support.console import Identity
-from tests.support.kube import objects
-from tests.support.kube.server import KubeApiDouble
-from tests.support.swarm import Swarm
-from tests.support.waiting import wait_for
+from testkit.console import Identity
+from testkit.kube import objects
+from testkit.kube.server import KubeApiDouble
+from testkit.swarm import Swarm
+from testkit.waiting import wait_for
 
 
 @pytest.fixture
@@ -293,8 +293,8 @@ def test_the_enrollment_check_passes_with_a_real_cluster_collector_and_node_agen
     """The flow against real agent processes: a k8s-cluster-collector reading the Kubernetes
     API double, and k8s-node-monitor agents for its nodes."""
     from flows.enrollment_check import enrollment_check
-    from tests.agent_k8s.k8s_testkit import cluster_agent, register_cluster
-    from tests.support.agents import AgentProcess
+    from testkit.agents import AgentProcess
+    from testkit.k8s import cluster_agent, register_cluster
 
     console = console_factory(name="ec-console", env={"PROXIMA_K8S_SYNC_INTERVAL": "0.5s"})
     monkeypatch.setenv("PROXIMA_CONSOLE_URL", console.url)

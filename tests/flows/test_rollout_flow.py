@@ -11,9 +11,9 @@ import httpx
 from prefect.client.orchestration import get_client
 
 from flows.rollout import fleet_rollout
-from tests.support.rollouts import create_rollout
-from tests.support.swarm import Swarm
-from tests.support.waiting import wait_for
+from testkit.rollouts import create_rollout
+from testkit.swarm import Swarm
+from testkit.waiting import wait_for
 
 
 def _create(console, **over):
@@ -129,6 +129,7 @@ def test_abort_from_the_console_ends_a_paused_flow(flow_console):
         thread.join(timeout=60)
         assert outcome["state"] == "aborted"
         later = [t for t in _get(flow_console, r["id"])["targets"] if t["wave"] > 0]
+        assert later, "no later wave to hold back"
         assert all(swarm.received_by()[t["agent_name"]] == 0 for t in later)
     finally:
         swarm.stop()

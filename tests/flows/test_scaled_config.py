@@ -31,6 +31,7 @@ def test_the_scaled_prefect_yaml_uses_a_real_kubernetes_work_pool_for_every_flow
     assert {d["entrypoint"] for d in scaled["deployments"]} <= {
         d["entrypoint"] for d in local["deployments"]
     }
+    assert scaled["deployments"]
     for d in scaled["deployments"]:
         assert d["enforce_parameter_schema"] is True
         assert d["work_pool"]["name"] == "proxima-k8s"
@@ -42,6 +43,8 @@ def test_the_scaled_console_settings_are_real_settings():
     from console.core.settings import ConsoleSettings
 
     fields = {f"PROXIMA_{n.upper()}" for n in ConsoleSettings.model_fields}
-    for line in (ROOT / "deploy/scaled/console.env").read_text().splitlines():
-        if line and not line.startswith("#"):
-            assert line.split("=", 1)[0] in fields, line
+    lines = (ROOT / "deploy/scaled/console.env").read_text().splitlines()
+    settings = [line for line in lines if line and not line.startswith("#")]
+    assert settings, "deploy/scaled/console.env sets nothing"
+    for line in settings:
+        assert line.split("=", 1)[0] in fields, line

@@ -1,4 +1,4 @@
-"""`python -m tests.support.kube` serves a seeded double to other processes until SIGTERM."""
+"""`python -m testkit.kube` serves a seeded double to other processes until SIGTERM."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import kubernetes.client as k8s
 from kubernetes import config
 
-from tests.support.kube.candidate import REPO_ROOT
+from testkit import REPO
 
 
 def test_the_standalone_double_serves_a_kubeconfig_client(tmp_path: Path) -> None:
@@ -20,7 +20,7 @@ def test_the_standalone_double_serves_a_kubeconfig_client(tmp_path: Path) -> Non
         [
             sys.executable,
             "-m",
-            "tests.support.kube",
+            "testkit.kube",
             "--kubeconfig",
             str(kubeconfig),
             "--pods",
@@ -28,8 +28,8 @@ def test_the_standalone_double_serves_a_kubeconfig_client(tmp_path: Path) -> Non
             "--nodes",
             "4",
         ],
-        cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -8,8 +8,8 @@ import kubernetes.client as k8s
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.support.kube import KubeApiDouble, objects, seed_fleet
-from tests.support.kube.fleet import FleetSpec
+from testkit.kube import KubeApiDouble, objects, seed_fleet
+from testkit.kube.fleet import FleetSpec
 
 
 def _status(exc: ApiException) -> dict[str, object]:

@@ -9,7 +9,7 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from tests.support.kube import (
+from testkit.kube import (
     DEFAULT_USER,
     Fault,
     KubeApiDouble,
@@ -18,7 +18,7 @@ from tests.support.kube import (
     ServerState,
     objects,
 )
-from tests.support.kube.audit import Permission
+from testkit.kube.audit import Permission
 
 
 def _rollouts(client: k8s.ApiClient) -> dict[str, object]:

@@ -1,10 +1,8 @@
-"""The generated fleet: deterministic, exactly sized, internally consistent, fast to seed."""
+"""The generated fleet: deterministic, exactly sized, internally consistent."""
 
 from __future__ import annotations
 
-import time
-
-from tests.support.kube import FleetSpec, KubeApiDouble, build_fleet, seed_fleet
+from testkit.kube import FleetSpec, KubeApiDouble, build_fleet, seed_fleet
 
 
 def test_the_fleet_is_the_same_on_every_build() -> None:
@@ -14,11 +12,9 @@ def test_the_fleet_is_the_same_on_every_build() -> None:
     assert first_fleet == second_fleet
 
 
-def test_five_thousand_pods_seed_in_under_two_seconds(kube_api: KubeApiDouble) -> None:
-    started = time.perf_counter()
+def test_five_thousand_pods_seed_with_every_phase_and_kind(kube_api: KubeApiDouble) -> None:
+    """How fast they seed is a figure of ``python -m bench.kube_seed``, not an assertion."""
     fleet = seed_fleet(kube_api)
-    elapsed = time.perf_counter() - started
-    assert elapsed < 2.0, elapsed
     assert kube_api.count("pods") == 5000 == sum(fleet.pods_by_namespace.values())
     assert kube_api.count("nodes") == 50
     assert {"Running", "Pending", "Failed", "Succeeded"} <= set(fleet.pods_by_phase)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.kube import KubeApiDouble
-from tests.support.kube.candidate import Candidate
-from tests.support.waiting import wait_for
+from testkit.kube import KubeApiDouble
+from testkit.kube.candidate import Candidate
+from testkit.waiting import wait_for
 
 LEASE_SECONDS = 2
 RETRY_SECONDS = 0.2

@@ -10,7 +10,7 @@ import kubernetes.client as k8s
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.support.kube import KubeApiDouble
+from testkit.kube import KubeApiDouble
 
 
 def _lease(holder: str) -> k8s.V1Lease:

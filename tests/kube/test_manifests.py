@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import kubernetes.client as k8s
 
-from tests.support.kube import KubeApiDouble, WatchEvent
+from testkit.kube import KubeApiDouble, WatchEvent
 
 MANIFESTS = """
 ---

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.kube.errors import StatusError
-from tests.support.kube.patches import (
+from testkit.kube.errors import StatusError
+from testkit.kube.patches import (
     JSON_PATCH,
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import config
 from kubernetes.config.incluster_config import InClusterConfigLoader
 
-from tests.support.kube import KubeApiDouble, objects
+from testkit.kube import KubeApiDouble, objects
 
 
 @pytest.fixture

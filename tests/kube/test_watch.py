@@ -9,8 +9,8 @@ import pytest
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
-from tests.support.kube import KubeApiDouble, objects
-from tests.support.waiting import wait_for
+from testkit.kube import KubeApiDouble, objects
+from testkit.waiting import wait_for
 
 
 def test_a_watch_from_a_list_sees_later_changes_in_order(

@@ -17,17 +17,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import QUIET_SECONDS
-from tests.support.agents import AgentProcess
-from tests.support.console import ConsoleProcess
-from tests.support.kube.fixtures import kube_api
+from testkit import REPO
+from testkit.console import QUIET_ENV, ConsoleProcess
 
 if os.environ.get("CI") or os.environ.get("PROXIMA_REQUIRE_BROWSER") == "1":
     import playwright.sync_api as playwright_sync  # CI must have it: fail loudly, never skip
 else:
     playwright_sync = pytest.importorskip("playwright.sync_api")
 
-REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("PROXIMA_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
     "--headless=new",
@@ -47,7 +44,6 @@ CHROMIUM_ARGS = [
 LAPTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 SCREENSHOTS_DOC = REPO / "docs" / "screenshots"
-__all__ = ["kube_api"]  # the Kubernetes API double, for the real cluster collector
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
@@ -74,13 +70,7 @@ def screenshot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def web_console(console_factory) -> ConsoleProcess:  # type: ignore[no-untyped-def]
     """A Console with the suite's short quiet window (release refused, then allowed, quickly)."""
-    return console_factory(
-        env={
-            "PROXIMA_IDENTITY_QUIET_SECONDS": str(QUIET_SECONDS),
-            "PROXIMA_AGENT_STALE_SECONDS": str(QUIET_SECONDS),
-            "PROXIMA_ROTATION_TIMEOUT_SECONDS": "10",
-        }
-    )
+    return console_factory(env={**QUIET_ENV, "PROXIMA_ROTATION_TIMEOUT_SECONDS": "10"})
 
 
 @dataclass
@@ -169,19 +159,3 @@ def ui(browser, screenshot_dir: Path) -> Iterator[Callable[..., Ui]]:  # type: i
         problems += view.unexpected_errors()
         context.close()  # type: ignore[attr-defined]
     assert not problems, "browser console errors:\n" + "\n".join(problems)
-
-
-@pytest.fixture
-def agents(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
-    started: list[AgentProcess] = []
-
-    def make(console: ConsoleProcess, name: str, token: str, **kwargs: object) -> AgentProcess:
-        kwargs.setdefault("data_dir", tmp_path / "agents" / name)
-        kwargs.setdefault("backend_url", console.url)
-        proc = AgentProcess(name=name, install_token=token, **kwargs)  # type: ignore[arg-type]
-        started.append(proc)
-        return proc.start()
-
-    yield make
-    for proc in started:
-        proc.stop()

@@ -12,10 +12,9 @@ import nats
 from playwright.sync_api import expect
 
 from contracts import subjects
-from tests.conftest import QUIET_SECONDS
-from tests.support.console import Identity
-from tests.support.swarm import Swarm
-from tests.support.waiting import wait_for
+from testkit.console import QUIET_SECONDS, Identity
+from testkit.swarm import Swarm
+from testkit.waiting import wait_for
 
 
 def test_release_is_refused_while_the_agent_is_live_and_allowed_once_it_is_quiet(

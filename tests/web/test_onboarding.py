@@ -22,11 +22,11 @@ import yaml
 from playwright.sync_api import expect
 
 from contracts.slugs import is_dns_label, slugify
-from tests.agent_k8s.k8s_testkit import FAST_LEASE
-from tests.support.kube import FleetSpec, seed_fleet
-from tests.support.kube import objects as kube_objects
-from tests.web.collector import SimulatedCollector, helm_sets
-from tests.web.conftest import REPO
+from testkit import REPO
+from testkit.collector import SimulatedCollector, helm_sets
+from testkit.k8s import FAST_LEASE
+from testkit.kube import FleetSpec, seed_fleet
+from testkit.kube import objects as kube_objects
 
 CHART = REPO / "chart" / "proxima-agent"
 NAME = "Production RKE2 (eu), main"

@@ -9,8 +9,8 @@ import threading
 
 from playwright.sync_api import expect
 
-from tests.support.swarm import Swarm
-from tests.support.waiting import wait_for
+from testkit.swarm import Swarm
+from testkit.waiting import wait_for
 
 READ_ONLY_FS = (
     "backup current binary: rename /usr/local/bin/proxima-agent "

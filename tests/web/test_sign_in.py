@@ -4,7 +4,7 @@ import re
 
 import httpx
 
-from tests.support.console import Identity
+from testkit.console import Identity
 
 READ_ONLY = ["agents:read", "clusters:read", "rollouts:read", "tokens:read"]
 

@@ -1,0 +1,279 @@
+"""Every shared pytest fixture, as one plugin: ``tests/conftest.py`` loads it through
+``pytest_plugins = ["testkit.fixtures"]``. A directory's ``conftest.py`` keeps only what no
+other directory uses (the browser of ``tests/web``, for instance).
+
+Groups: the databases and Consoles; the Prefect harness; the agent's nats-server, fake Console,
+builds and processes; the Kubernetes API double; helm and kubectl; the Kubernetes agents' Console
+and NATS observer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import kubernetes.client
+import pytest
+
+from testkit.agents import AgentProcess
+from testkit.builds import ArtifactServer, Builds, make_builds
+from testkit.chart import CI_VALUES, Helm, load_tools
+from testkit.console import QUIET_ENV, ConsoleFactory, ConsoleProcess
+from testkit.fake_console import FakeConsole
+from testkit.k8s import MAX_PAYLOAD, NatsObserver
+from testkit.kube import KubeApiDouble
+from testkit.nats import NatsServer
+from testkit.postgres import PostgresUnavailableError, ThrowawayPostgres
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+# -- databases and Consoles ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[ThrowawayPostgres]:
+    """One throwaway cluster per run. Where PROXIMA_REQUIRE_POSTGRES=1 (CI) its absence fails."""
+    try:
+        pg = ThrowawayPostgres()
+        pg.start()
+    except (PostgresUnavailableError, OSError) as exc:
+        if os.environ.get("PROXIMA_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"the PostgreSQL lane could not start: {exc}")
+        pytest.skip(f"PostgreSQL lane unavailable here: {exc}")
+    try:
+        yield pg
+    finally:
+        pg.stop()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'console.core.db'}"
+    pg: ThrowawayPostgres = request.getfixturevalue("postgres")
+    return pg.create_database()
+
+
+@pytest.fixture
+def console_factory(tmp_path: Path) -> Iterator[ConsoleFactory]:
+    """``make(name="console", **ConsoleProcess kwargs)``: a started Console under
+    ``tmp_path/name``, stopped after the test."""
+    started: list[ConsoleProcess] = []
+
+    def make(name: str = "console", **kwargs: Any) -> ConsoleProcess:
+        proc = ConsoleProcess(tmp_path / name, **kwargs)
+        started.append(proc)
+        return proc.start()
+
+    yield make
+    for proc in started:
+        proc.stop()
+
+
+@pytest.fixture
+def console(console_factory: ConsoleFactory, database_url: str) -> ConsoleProcess:
+    """A Console with a short quiet window, on SQLite and (postgres lane) PostgreSQL."""
+    return console_factory(database_url=database_url, env=dict(QUIET_ENV))
+
+
+@pytest.fixture(scope="session")
+def prefect_api_url() -> Iterator[str]:
+    """One Prefect test harness per test run (it takes ~15 s to start here)."""
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        url = PREFECT_API_URL.value()
+        assert url, "the harness did not set PREFECT_API_URL"
+        yield str(url)
+
+
+@pytest.fixture
+def flow_console(
+    console_factory: ConsoleFactory, prefect_api_url: str, monkeypatch: pytest.MonkeyPatch
+) -> ConsoleProcess:
+    """A Console that starts and resumes flow runs through the harness's Prefect API; the
+    flows under test reach it through ``PROXIMA_CONSOLE_URL`` / ``PROXIMA_CONSOLE_TOKEN``."""
+    console = console_factory(
+        name="flow-console",
+        env={"PROXIMA_PREFECT_API_URL": prefect_api_url, "PROXIMA_AGENT_STALE_SECONDS": "30"},
+    )
+    monkeypatch.setenv("PROXIMA_CONSOLE_URL", console.url)
+    monkeypatch.setenv("PROXIMA_CONSOLE_TOKEN", console.token)
+    return console
+
+
+# -- agents ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def agents(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
+    """``make(console, name, token, *, data=None, start=True, **AgentProcess kwargs)``: an agent
+    of ``console`` enrolling with ``token``, its data in ``tmp_path/agents/<data or name>``;
+    stopped after the test."""
+    started: list[AgentProcess] = []
+
+    def make(
+        console: ConsoleProcess,
+        name: str,
+        token: str,
+        *,
+        data: str | None = None,
+        start: bool = True,
+        **kwargs: Any,
+    ) -> AgentProcess:
+        kwargs.setdefault("data_dir", tmp_path / "agents" / (data or name))
+        kwargs.setdefault("backend_url", console.url)
+        proc = AgentProcess(name=name, install_token=token, **kwargs)
+        started.append(proc)
+        return proc.start() if start else proc
+
+    yield make
+    for proc in started:
+        proc.stop()
+
+
+@pytest.fixture
+def agent_processes() -> Iterator[list[AgentProcess]]:
+    """Collects agent processes a test starts and stops them all at the end."""
+    started: list[AgentProcess] = []
+    try:
+        yield started
+    finally:
+        for proc in started:
+            proc.stop()
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    server = NatsServer(workdir=tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def fake_console() -> Iterator[FakeConsole]:
+    console = FakeConsole()
+    console.start()
+    try:
+        yield console
+    finally:
+        console.stop()
+
+
+@pytest.fixture(scope="session")
+def builds(tmp_path_factory: pytest.TempPathFactory) -> Builds:
+    """0.8.0 and 0.9.0, and three broken 0.9.x builds, made once by the real build script."""
+    return make_builds(tmp_path_factory.mktemp("builds"))
+
+
+@pytest.fixture
+def artifacts(builds: Builds) -> Iterator[ArtifactServer]:
+    server = ArtifactServer(builds.dist)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# -- the Kubernetes API double --------------------------------------------------------------------
+
+
+@pytest.fixture
+def kube_api() -> Iterator[KubeApiDouble]:
+    """A running double on a free 127.0.0.1 port, stopped after the test."""
+    with KubeApiDouble() as double:
+        yield double
+
+
+@pytest.fixture
+def kube_client(kube_api: KubeApiDouble) -> Iterator[kubernetes.client.ApiClient]:
+    """An official-client ApiClient pointed at `kube_api` (its own Configuration, no globals)."""
+    client = kube_api.api_client()
+    try:
+        yield client
+    finally:
+        client.close()  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture
+def kube_kubeconfig(kube_api: KubeApiDouble, tmp_path: Path) -> Path:
+    """A kubeconfig file for subprocesses: pass `kube_api.subprocess_env(path)` in their env."""
+    return kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+@pytest.fixture
+def kube_env(kube_api: KubeApiDouble, tmp_path: Path) -> dict[str, str]:
+    """What a collector process needs to reach the double (``KUBECONFIG`` …)."""
+    path = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+    return kube_api.subprocess_env(path)
+
+
+# -- helm and kubectl, extracted by scripts/tools.py -----------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tools() -> ModuleType:
+    """scripts/tools.py as a module."""
+    return load_tools()
+
+
+@pytest.fixture(scope="session")
+def helm_binary(tools: Any) -> Path:
+    return Path(tools.ensure_tool("helm").path)
+
+
+@pytest.fixture(scope="session")
+def kubectl_binary(tools: Any) -> Path:
+    return Path(tools.ensure_tool("kubectl").path)
+
+
+@pytest.fixture(scope="session")
+def helm(helm_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """Helm v4 with an empty home: no repositories, no kubeconfig, no cluster."""
+    return Helm(helm_binary, tmp_path_factory.mktemp("helm-home"))
+
+
+@pytest.fixture(scope="session")
+def ci_values() -> dict[str, Path]:
+    """The scenario values files in chart/ci/, by scenario name."""
+    return {path.stem: path for path in sorted(CI_VALUES.glob("*.yaml"))}
+
+
+# -- the Kubernetes agents' Console ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def k8s_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleProcess]:
+    """One Console for the Kubernetes agents' tests, its NATS ``max_payload`` lowered so that a
+    5,000-pod inventory must be chunked."""
+    console = ConsoleProcess(
+        tmp_path_factory.mktemp("k8s-console"),
+        env={
+            "PROXIMA_NATS_MAX_PAYLOAD": str(MAX_PAYLOAD),
+            # The collectors under test sync every 0.5 s: so does "the backend's copy".
+            "PROXIMA_K8S_SYNC_INTERVAL": "0.5s",
+        },
+    )
+    console.start()
+    try:
+        yield console
+    finally:
+        console.stop()
+
+
+@pytest.fixture(scope="session")
+def observer(k8s_console: ConsoleProcess) -> Iterator[NatsObserver]:
+    """Every agent's heartbeats, metrics and inventory chunks, seen with the Console's trust."""
+    nats_observer = NatsObserver(k8s_console).start()
+    try:
+        yield nats_observer
+    finally:
+        nats_observer.stop()

@@ -1,0 +1,153 @@
+"""Simulated agents: real enrolled identities, each on its own NATS connection with its own key,
+answering commands. For rollout tests of the Console and the flow, and for benchmarks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import nats
+
+from contracts import subjects
+from testkit.console import ConsoleProcess, Identity
+
+# (agent name, command) → (status, error, new_version)
+Behaviour = Callable[[str, dict[str, Any]], tuple[str, str | None, str | None]]
+
+
+def succeed(_name: str, cmd: dict[str, Any]) -> tuple[str, str | None, str | None]:
+    return "succeeded", None, cmd["args"]["version"]
+
+
+@dataclass
+class SimAgent:
+    ident: Identity
+    agent_id: str
+    version: str
+    received: list[dict[str, Any]] = field(default_factory=list)
+    executed: set[str] = field(default_factory=set)
+
+
+class Swarm:
+    """Runs its own event loop in a thread so synchronous tests can drive it."""
+
+    def __init__(
+        self,
+        console: ConsoleProcess,
+        count: int,
+        *,
+        prefix: str = "sim",
+        version: str = "0.8.0",
+        behaviour: Behaviour = succeed,
+        heartbeat_seconds: float = 0.5,
+    ) -> None:
+        self.console = console
+        self.count = count
+        self.prefix = prefix
+        self.version = version
+        self.behaviour = behaviour
+        self.heartbeat_seconds = heartbeat_seconds
+        self.agents: list[SimAgent] = []
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._conns: list[Any] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> Swarm:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=300)
+        return self
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=60)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    async def _start(self) -> None:
+        token = self.console.install_token()
+        idents = [Identity(name=f"{self.prefix}-{i:05d}") for i in range(self.count)]
+        sem = asyncio.Semaphore(8)
+        async with httpx.AsyncClient(base_url=self.console.url, timeout=60) as client:
+
+            async def enroll(ident: Identity) -> SimAgent:
+                async with sem:
+                    r = await client.post(
+                        "/api/v1/agents/enroll", json=ident.enroll_body(token, version=self.version)
+                    )
+                    r.raise_for_status()
+                    ident.jwt = r.json()["nats_jwt"]
+                    return SimAgent(ident, r.json()["agent_id"], self.version)
+
+            self.agents = list(await asyncio.gather(*(enroll(i) for i in idents)))
+        for agent in self.agents:
+            nc = await nats.connect(
+                self.console.nats_url,
+                **agent.ident.nats_options(),
+                max_reconnect_attempts=-1,
+            )
+            self._conns.append(nc)
+            await nc.subscribe(subjects.commands(agent.agent_id), cb=self._handler(nc, agent))
+            self._tasks.append(asyncio.create_task(self._beat(nc, agent)))
+        for nc in self._conns:
+            await nc.flush()
+
+    def _handler(self, nc: Any, agent: SimAgent) -> Callable[[Any], Any]:
+        async def on_command(msg: Any) -> None:
+            cmd = json.loads(msg.data)
+            agent.received.append(cmd)
+            if cmd["command_id"] in agent.executed:
+                return
+            agent.executed.add(cmd["command_id"])
+            status, error, new_version = self.behaviour(agent.ident.name, cmd)
+            if new_version and status == "succeeded":
+                agent.version = new_version
+            result = {
+                "command_id": cmd["command_id"],
+                "agent_id": agent.agent_id,
+                "kind": cmd["kind"],
+                "status": status,
+                "finished_at": datetime.now(UTC).isoformat(),
+                "error": error,
+                "detail": {"old_version": self.version, "new_version": new_version},
+            }
+            if status != "silent":
+                await nc.publish(
+                    subjects.command_result(agent.agent_id), json.dumps(result).encode()
+                )
+
+        return on_command
+
+    async def _beat(self, nc: Any, agent: SimAgent) -> None:
+        while True:
+            body = {
+                "agent_id": agent.agent_id,
+                "instance_id": agent.ident.instance_id,
+                "agent_type": "host",
+                "version": agent.version,
+                "sent_at": datetime.now(UTC).isoformat(),
+                "uptime_seconds": 1.0,
+                "heartbeat_interval_seconds": self.heartbeat_seconds,
+            }
+            try:
+                await nc.publish(subjects.heartbeat(agent.agent_id), json.dumps(body).encode())
+            except Exception:  # reconnecting; the next beat goes out
+                pass
+            await asyncio.sleep(self.heartbeat_seconds)
+
+    async def _stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for nc in self._conns:
+            try:
+                await nc.close()
+            except Exception:
+                pass
+
+    def received_by(self) -> dict[str, int]:
+        return {a.ident.name: len(a.received) for a in self.agents}
