@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.vocabulary.rollouts import TargetStatus
 from fleet_policy import AgentId
 from fleet_policy.waves import PercentGrowth, WavePolicy, plan_waves
 from testkit.agents import AgentProcess
@@ -167,10 +168,13 @@ def test_read_only_failures_stall_the_canary_and_the_later_wave_receives_nothing
                     "state"
                 ]
                 == "stalled"
+                # Resume only once every canary result is in: a result that arrives after the
+                # resume is judged again and may stall the rollout a second time (as designed).
+                and all(TargetStatus(t["status"]).final for t in x["targets"] if t["wave"] == 0)
                 and x
             ),
             timeout=60,
-            what="the canary stalls the rollout",
+            what="the canary stalls the rollout and both canary results are in",
         )
         errors = [t["error"] for t in stalled["targets"] if t["error"]]
         assert any(
