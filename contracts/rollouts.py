@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from contracts.vocabulary.agents import AgentType
+from contracts.vocabulary.commands import CommandFailureKind
 from contracts.vocabulary.rollouts import (
     DEFAULT_CANARY_SIZE,
     DEFAULT_FAILURE_TYPE,
@@ -109,6 +110,11 @@ class TargetPublic(BaseModel):
     old_version: str | None
     new_version: str | None
     error: str | None
+    failure_kind: CommandFailureKind | None = Field(
+        default=None,
+        description="why the agent's result failed, as a fact (the agent's failure_kind); "
+        "error is the same failure as text, for people",
+    )
     dispatched_at: datetime | None
     finished_at: datetime | None
 

@@ -12,6 +12,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.inventory import InventoryProblem
 from contracts.vocabulary.agents import AgentFlag, AgentStatus, AgentType
 from contracts.vocabulary.identities import ReleaseOutcome
 from contracts.vocabulary.reasons import ErrorReason
@@ -143,6 +144,10 @@ class ClusterView(_View):
     counts: dict[str, int]
     truncated: dict[str, Any]
     errors: list[str]
+    inventory_problems: list[InventoryProblem] = Field(
+        default_factory=list,
+        description="the last sync's unreadable kinds as facts (errors is the same, as text)",
+    )
     agents: list[ClusterAgentView]
     node_agents: int
     warnings: list[ClusterWarningView]
