@@ -29,6 +29,7 @@ from agent.signals import read_signals
 from agent.state import StateStore
 from contracts import subjects
 from contracts.messages import Command, CommandKind, CommandResult, CommandStatus
+from contracts.vocabulary.commands import CommandFailureKind
 
 __all__ = [
     "LEDGER_FILE",
@@ -53,11 +54,13 @@ class Outcome:
 
     ``status`` ``None`` means the result comes later from elsewhere (a ``self_update`` handed
     over to the new build): nothing is published, the command stays open in the ledger, and the
-    dispatcher takes no further commands in this process.
+    dispatcher takes no further commands in this process. A rejected or failed outcome says
+    why twice: ``error`` for people, ``failure_kind`` for the Console and the flows.
     """
 
     status: CommandStatus | None
     error: str | None = None
+    failure_kind: CommandFailureKind | None = None
     detail: dict[str, Any] = field(default_factory=dict)
     after: Callable[[], None] | None = None
 
@@ -120,6 +123,7 @@ class CommandLedger:
                     status=CommandStatus.FAILED,
                     finished_at=datetime.now(UTC),
                     error="the agent restarted while the command was running",
+                    failure_kind=CommandFailureKind.INTERRUPTED,
                 )
             self._entries[entry.command_id] = entry
         if interrupted:
@@ -249,7 +253,9 @@ class CommandDispatcher:
         handler = self.handlers.get(command.kind)
         if handler is None:
             outcome = Outcome(
-                CommandStatus.REJECTED, error=f"{command.kind} not supported by this build"
+                CommandStatus.REJECTED,
+                error=f"{command.kind} not supported by this build",
+                failure_kind=CommandFailureKind.UNSUPPORTED_COMMAND,
             )
         else:
             try:
@@ -257,7 +263,9 @@ class CommandDispatcher:
             except Exception as e:
                 log.exception("command %s (%s) failed", command.command_id, command.kind)
                 outcome = Outcome(
-                    CommandStatus.FAILED, error=f"internal error: {e.__class__.__name__}"
+                    CommandStatus.FAILED,
+                    error=f"internal error: {e.__class__.__name__}",
+                    failure_kind=CommandFailureKind.INTERNAL_ERROR,
                 )
         if outcome.status is None:
             self._handed_over = True
@@ -274,6 +282,7 @@ class CommandDispatcher:
             status=outcome.status,
             finished_at=datetime.now(UTC),
             error=outcome.error,
+            failure_kind=outcome.failure_kind,
             detail=outcome.detail,
         )
         self.ledger.finish(result)
@@ -335,6 +344,7 @@ class CredentialRotation:
             return Outcome(
                 CommandStatus.REJECTED,
                 error="rotate_credentials needs args.nonce: a string of 16 to 128 characters",
+                failure_kind=CommandFailureKind.BAD_ARGUMENTS,
             )
         state = self.store.current
         seed = new_seed()
@@ -356,7 +366,11 @@ class CredentialRotation:
             if e.definite:
                 self.store.update(pending_seed=None)
                 log.warning("credential rotation refused: %s; keeping the current key", e)
-                return Outcome(CommandStatus.FAILED, error=str(e))
+                return Outcome(
+                    CommandStatus.FAILED,
+                    error=str(e),
+                    failure_kind=CommandFailureKind.ROTATION_FAILED,
+                )
             return self._unknown(e)
         except BackendError as e:
             if self.store.current.public_key == new_public:
@@ -390,4 +404,8 @@ class CredentialRotation:
             "nats refuses the current one",
             error,
         )
-        return Outcome(CommandStatus.FAILED, error=f"rotation outcome unknown: {error}")
+        return Outcome(
+            CommandStatus.FAILED,
+            error=f"rotation outcome unknown: {error}",
+            failure_kind=CommandFailureKind.ROTATION_UNCONFIRMED,
+        )

@@ -19,6 +19,7 @@ from agent.session import NatsSession
 from contracts import subjects
 from contracts.agent_types import AgentType
 from contracts.messages import Heartbeat
+from contracts.vocabulary.commands import CommandFailureKind
 
 __all__ = ["HeartbeatInfo", "Ticker", "heartbeat_loop", "run_periodically"]
 
@@ -36,6 +37,7 @@ class HeartbeatInfo:
     metrics_interval: float | None
     can_self_update: bool
     labels: dict[str, str] = field(default_factory=dict)
+    self_update_blocker: CommandFailureKind | None = None  # why not, when it cannot
     started: float = field(default_factory=time.monotonic)
     # Asked at every heartbeat: fields that change (the collector's ``leader``) or that only
     # some agent types have (``cluster_slug``, ``sync_interval_seconds``). They win over the
@@ -85,6 +87,7 @@ def build_heartbeat(agent_id: str, info: HeartbeatInfo) -> Heartbeat:
         "heartbeat_interval_seconds": info.heartbeat_interval,
         "metrics_interval_seconds": info.metrics_interval,
         "can_self_update": info.can_self_update,
+        "self_update_blocker": info.self_update_blocker,
         "labels": info.labels,
     }
     if info.fields is not None:

@@ -311,6 +311,7 @@ class AgentRuntime:
             heartbeat_interval=s.heartbeat_interval,
             metrics_interval=s.metrics_interval if collectors else None,
             can_self_update=self.can_self_update,
+            self_update_blocker=self.self_update.blocker_kind,
             labels=s.labels,
             started=self.started,
             fields=heartbeat_fields(s, collectors),

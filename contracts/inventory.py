@@ -10,10 +10,11 @@ import gzip
 import hashlib
 import json
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.lenient import unknown_as_none
 from contracts.vocabulary.inventory import InventoryProblemKind
 
 CHUNK_OVERHEAD = 512  # room for the header line
@@ -34,11 +35,12 @@ class ObjectSummary(BaseModel):
 
 class InventoryProblem(BaseModel):
     """A kind the sync could not read, as a fact: ``resource`` is the kind's plural
-    (``rollouts``), ``message`` the same prose as the matching line of ``errors``."""
+    (``rollouts``), ``message`` the same prose as the matching line of ``errors``. ``kind`` is
+    None when this build does not know the sender's kind (a newer agent's)."""
 
     model_config = ConfigDict(extra="ignore")
 
-    kind: InventoryProblemKind
+    kind: Annotated[InventoryProblemKind | None, unknown_as_none(InventoryProblemKind)]
     resource: str = Field(max_length=253)
     message: str = Field(max_length=4096)
 

@@ -1,12 +1,16 @@
 """Messages on NATS: heartbeats, metrics, commands and their results."""
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.lenient import unknown_as_none
 from contracts.vocabulary.agents import AgentType
 from contracts.vocabulary.commands import CommandFailureKind, CommandKind, CommandStatus
+
+# A kind this build does not know (a newer agent's) reads None rather than failing the message.
+FailureKindField = Annotated[CommandFailureKind | None, unknown_as_none(CommandFailureKind)]
 
 
 class Heartbeat(BaseModel):
@@ -22,6 +26,12 @@ class Heartbeat(BaseModel):
     metrics_interval_seconds: float | None = None
     sync_interval_seconds: float | None = None
     can_self_update: bool = True
+    self_update_blocker: FailureKindField = Field(
+        default=None,
+        description="Why ``can_self_update`` is false, as a fact (``not_self_updatable``, "
+        "``no_signing_key``, ``not_single_file_build``, ``read_only_program``); None when it can, "
+        "and from agents that do not send it yet",
+    )
     leader: bool | None = None
     cluster_slug: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
@@ -61,7 +71,7 @@ class CommandResult(BaseModel):
     status: CommandStatus
     finished_at: datetime
     error: str | None = None
-    failure_kind: CommandFailureKind | None = Field(
+    failure_kind: FailureKindField = Field(
         default=None,
         description="Why it was rejected or failed, as a fact (``error`` is the prose); None from "
         "agents that do not send it yet",

@@ -22,7 +22,7 @@ from typing import Any
 import nkeys
 
 from contracts import subjects
-from contracts.inventory import split_chunk
+from contracts.inventory import ChunkHeader, InventorySnapshot, assemble, split_chunk
 from contracts.slugs import slugify
 from testkit.agents import AgentProcess
 from testkit.console import ConsoleProcess
@@ -95,6 +95,8 @@ class NatsObserver:
         self._seed = seed.decode()
         self._url = console.nats_url
         self.seen: list[Seen] = []
+        # The chunks of each inventory sync, by (agent id, sync id), in arrival order.
+        self._chunks: dict[tuple[str, str], list[tuple[ChunkHeader, bytes]]] = {}
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -138,8 +140,10 @@ class NatsObserver:
             agent_id = subjects.agent_id_of(msg.subject)
             kind = msg.subject.rsplit(".", 1)[-1]
             if kind == "inventory":
-                header, _part = split_chunk(msg.data)
+                header, part = split_chunk(msg.data)
                 data = {**header.model_dump(), "bytes": len(msg.data)}
+                with self._lock:
+                    self._chunks.setdefault((agent_id, header.sync_id), []).append((header, part))
             else:
                 data = json.loads(msg.data)
             with self._lock:
@@ -165,6 +169,16 @@ class NatsObserver:
     def syncs(self, agent_id: str | None = None, since: float = 0.0) -> list[Seen]:
         """The first chunk of each inventory sync."""
         return [s for s in self.of("inventory", agent_id, since) if s.data["seq"] == 0]
+
+    def snapshots(self, agent_id: str) -> list[InventorySnapshot]:
+        """Every complete inventory sync of ``agent_id`` as it travelled, oldest first."""
+        with self._lock:
+            syncs = [
+                chunks
+                for (publisher, _sync), chunks in self._chunks.items()
+                if publisher == agent_id and len(chunks) == chunks[0][0].total
+            ]
+        return [assemble(chunks) for chunks in syncs]
 
     def publishers(self, since: float = 0.0) -> list[str]:
         """Agent ids in the order their inventory chunks arrived, runs collapsed."""

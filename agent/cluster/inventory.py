@@ -8,8 +8,10 @@ What a failure does:
 
 - the API server unreachable, 401, 5xx or 429 → :class:`KubernetesUnavailableError`: the whole
   sync is abandoned (a partial snapshot would make the Console drop objects it still has);
-- 403 on a kind → that kind is left out, the snapshot's ``errors`` says why, the rest flows
-  (``forbidden to read argo rollouts``: a chart older than Argo Rollouts support);
+- 403 on a kind → that kind is left out, the snapshot's ``errors`` says why and its
+  ``problems`` says it as a fact (``forbidden_argo_rollouts``: a chart older than Argo Rollouts
+  support; ``forbidden`` for another kind), the rest flows;
+- another refusal of a kind (say 400) → the same, as ``unreadable``;
 - 404 on Argo Rollouts → the CRD is not installed: zero rollouts, not an error;
 - 410 on a ``continue`` token → that kind is listed again from the start, once.
 """
@@ -30,7 +32,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from agent.cluster.kinds import KINDS, ROLLOUTS, Kind
-from contracts.inventory import InventorySnapshot
+from contracts.inventory import InventoryProblem, InventorySnapshot
+from contracts.vocabulary.inventory import InventoryProblemKind
 
 __all__ = [
     "InventoryConfig",
@@ -38,6 +41,7 @@ __all__ = [
     "KubernetesUnavailableError",
     "Reading",
     "forbidden_message",
+    "inventory_problem",
 ]
 
 log = logging.getLogger(__name__)
@@ -91,6 +95,25 @@ def forbidden_message(kind: Kind) -> str:
         f"does not grant list on {kind.plural}: helm upgrade to the current chart, or grant it "
         "where rbac.create=false"
     )
+
+
+_MESSAGE_LIMIT = 4096  # InventoryProblem.message's
+
+
+def inventory_problem(kind: Kind, status: int | None, answer: str) -> InventoryProblem:
+    """Why ``kind`` is missing from the snapshot, as a fact; its ``message`` is the line of the
+    snapshot's ``errors``. ``answer`` is what :attr:`Reading.problems` holds for it."""
+    if status == 403:
+        fact = (
+            InventoryProblemKind.FORBIDDEN_ARGO_ROLLOUTS
+            if kind is ROLLOUTS
+            else InventoryProblemKind.FORBIDDEN
+        )
+        message = forbidden_message(kind)
+    else:
+        fact = InventoryProblemKind.UNREADABLE
+        message = f"cannot read {kind.plural} ({kind.api_version}): {answer}"
+    return InventoryProblem(kind=fact, resource=kind.plural, message=message[:_MESSAGE_LIMIT])
 
 
 def _status_message(error: ApiException) -> str:
@@ -252,6 +275,7 @@ class InventoryReader:
         objects: dict[str, list[dict[str, Any]]] = {}
         truncated: dict[str, dict[str, int]] = {}
         problems: dict[str, str] = {}
+        refused: dict[str, int | None] = {}  # kind → the HTTP status that refused it
         for kind in KINDS:
             keep = config.pod_limit if kind.plural == "pods" else None
             try:
@@ -259,6 +283,7 @@ class InventoryReader:
             except ApiException as e:
                 if e.status == 403:
                     problems[kind.plural] = f"403: {_status_message(e)}"
+                    refused[kind.plural] = e.status
                     continue
                 if e.status == 404 and kind.crd:
                     counts[kind.plural], objects[kind.plural] = 0, []
@@ -266,6 +291,7 @@ class InventoryReader:
                 if e.status in (401, 429) or (e.status or 0) >= 500:
                     raise self._unavailable(e) from None
                 problems[kind.plural] = f"{e.status}: {_status_message(e)}"
+                refused[kind.plural] = e.status
                 continue
             except (urllib3.exceptions.HTTPError, OSError, ConfigException) as e:
                 raise self._unavailable(e) from None
@@ -273,10 +299,8 @@ class InventoryReader:
             objects[kind.plural] = kept
             if keep is not None and count > keep:
                 truncated[kind.plural] = {"limit": keep, "total": count}
-        errors = [
-            forbidden_message(kind)
-            if problems[kind.plural].startswith("403")
-            else f"cannot read {kind.plural} ({kind.api_version}): {problems[kind.plural]}"
+        unread = [
+            inventory_problem(kind, refused[kind.plural], problems[kind.plural])
             for kind in KINDS
             if kind.plural in problems
         ]
@@ -291,7 +315,8 @@ class InventoryReader:
                 "objects": objects,
                 "truncated": truncated,
                 "excluded_namespaces": sorted(config.exclude_namespaces),
-                "errors": errors,
+                "errors": [problem.message for problem in unread],
+                "problems": unread,
             }
         )
         return Reading(

@@ -94,7 +94,7 @@ async def fetch(
     except DownloadTooLargeError:
         staged.unlink(missing_ok=True)
         text = f"download {url}: larger than {max_bytes // 2**20} MiB"
-        raise _failed(FailedStep.DOWNLOAD, text) from None
+        raise _failed(FailedStep.DOWNLOAD_TOO_LARGE, text) from None
     except OSError as e:
         staged.unlink(missing_ok=True)
         text = f"download {url}: write {staged}: {e.strerror or e}"
@@ -113,10 +113,10 @@ async def fetch(
 def verify(artifact: ArtifactRef, digest: str, key: SigningPublicKey) -> None:
     if digest != artifact.sha256:
         text = f"sha256 mismatch: expected {artifact.sha256} got {digest}"
-        raise _failed(FailedStep.VERIFY, text)
+        raise _failed(FailedStep.CHECKSUM, text)
     if not key.verifies(bytes.fromhex(digest), artifact.signature):
         text = "signature does not verify with the configured signing key"
-        raise _failed(FailedStep.VERIFY, text)
+        raise _failed(FailedStep.SIGNATURE, text)
 
 
 async def smoke_check(staged: Path, expected: str, *, health_timeout: float) -> None:
@@ -140,28 +140,28 @@ async def smoke_check(staged: Path, expected: str, *, health_timeout: float) -> 
         proc.kill()
         await proc.wait()
         text = f"new build {expected} did not answer 'version' within {format_duration(timeout)}"
-        raise _failed(FailedStep.VERIFY, text) from None
+        raise _failed(FailedStep.SMOKE_CHECK, text) from None
     if proc.returncode != 0:
         last = (err.decode(errors="replace").strip().splitlines() or [""])[-1]
         text = f"new build {expected} exited with code {proc.returncode} on 'version'" + (
             f": {last}" if last else ""
         )
-        raise _failed(FailedStep.VERIFY, text)
+        raise _failed(FailedStep.SMOKE_CHECK, text)
     try:
         answer = json.loads(out)
         reported, protocol = str(answer["version"]), int(answer.get("self_update_protocol", 0))
     except (ValueError, KeyError, TypeError):
         text = f"new build {expected} did not print its version as JSON"
-        raise _failed(FailedStep.VERIFY, text) from None
+        raise _failed(FailedStep.SMOKE_CHECK, text) from None
     if reported != expected:
         text = f"new build reports version {reported}, expected {expected}"
-        raise _failed(FailedStep.VERIFY, text)
+        raise _failed(FailedStep.SMOKE_CHECK, text)
     if protocol < SELF_UPDATE_PROTOCOL:
         text = (
             f"new build {expected} cannot take over a self_update "
             f"(protocol {protocol}, need {SELF_UPDATE_PROTOCOL})"
         )
-        raise _failed(FailedStep.VERIFY, text)
+        raise _failed(FailedStep.SMOKE_CHECK, text)
 
 
 def sweep_staged(program: Path, data_dir: Path, older_than: float = 3600.0) -> None:

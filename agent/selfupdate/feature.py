@@ -24,6 +24,7 @@ from agent.selfupdate.program import ProgramFiles, running_program, self_update_
 from agent.selfupdate.signatures import load_signing_key
 from agent.settings import AgentSettings
 from contracts.messages import Command
+from contracts.vocabulary.commands import CommandFailureKind
 
 if TYPE_CHECKING:
     from agent.selfupdate.handler import SelfUpdater
@@ -58,6 +59,11 @@ class SelfUpdateFeature:
     def possible(self) -> bool:
         return self.blocker is None
 
+    @property
+    def blocker_kind(self) -> CommandFailureKind | None:
+        """Why not, as the fact every heartbeat carries; ``None`` when it can."""
+        return self.blocker.kind if self.blocker is not None else None
+
     def settle(self, ledger: CommandLedger) -> ExecRequest | None:
         """Load ``ledger``, settling what the previous build left; the build to exec now, if
         any (this one is not to serve)."""
@@ -78,7 +84,12 @@ class SelfUpdateFeature:
             if outcome.failure is not None:
                 fields = failure_fields(outcome.failure)
                 return Outcome(outcome.status, detail=outcome.detail or {}, **fields)
-            return Outcome(outcome.status, error=outcome.error, detail=outcome.detail or {})
+            return Outcome(
+                outcome.status,
+                error=outcome.error,
+                failure_kind=outcome.failure_kind,
+                detail=outcome.detail or {},
+            )
 
         return self_update
 

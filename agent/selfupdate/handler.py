@@ -30,6 +30,7 @@ from agent.selfupdate.trial import run_trial
 from contracts.agent_types import AgentType
 from contracts.messages import Command, CommandStatus
 from contracts.rollouts import ArtifactRef
+from contracts.vocabulary.commands import CommandFailureKind
 
 __all__ = ["MAX_ARTIFACT_BYTES", "SelfUpdater", "UpdateOutcome"]
 
@@ -38,10 +39,12 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class UpdateOutcome:
-    """``status`` ``None`` means: hand over (``exec_request``); the new build reports."""
+    """``status`` ``None`` means: hand over (``exec_request``); the new build reports. A
+    rejection says why in ``error`` and ``failure_kind``; a failed step in ``failure``."""
 
     status: CommandStatus | None
     error: str | None = None
+    failure_kind: CommandFailureKind | None = None
     detail: dict[str, Any] | None = None
     exec_request: ExecRequest | None = None
     failure: UpdateFailure | None = None
@@ -79,10 +82,12 @@ class SelfUpdater:
             self.agent_type, self.program, signing_key=self.signing_key is not None
         )
         if self.agent_type is not AgentType.HOST or self.signing_key is None or not self.program:
-            return UpdateOutcome(CommandStatus.REJECTED, error=blocker)
+            # A writable program is not checked here: the backup's rename says what refused it.
+            assert blocker is not None
+            return _rejected(blocker.text, blocker.kind)
         artifact = _artifact(command)
         if isinstance(artifact, str):
-            return UpdateOutcome(CommandStatus.REJECTED, error=artifact)
+            return _rejected(artifact, CommandFailureKind.BAD_ARGUMENTS)
         detail = {"old_version": self.version, "target_version": artifact.version}
         if artifact.version == self.version:
             log.info("self_update: already running %s; nothing to do", self.version)
@@ -92,9 +97,9 @@ class SelfUpdater:
             )
         running = self.markers.read()
         if running is not None:
-            return UpdateOutcome(
-                CommandStatus.REJECTED,
-                error=f"another self_update (command {running.command_id}) is in progress",
+            return _rejected(
+                f"another self_update (command {running.command_id}) is in progress",
+                CommandFailureKind.UPDATE_IN_PROGRESS,
             )
         rollout = command.args.get("rollout_id")
         sweep_staged(self.program, self.data_dir)
@@ -175,7 +180,12 @@ class SelfUpdater:
             restored = restore(marker, self.files)
             self.markers.remove()
             text = problem + (restored or f"; restored {self.version}")
-            raise UpdateFailedError(UpdateFailure(FailedStep.TRIAL, text))
+            step = FailedStep.RESTORE if restored else FailedStep.TRIAL
+            raise UpdateFailedError(UpdateFailure(step, text))
+
+
+def _rejected(error: str, kind: CommandFailureKind) -> UpdateOutcome:
+    return UpdateOutcome(CommandStatus.REJECTED, error=error, failure_kind=kind)
 
 
 def _artifact(command: Command) -> ArtifactRef | str:

@@ -83,7 +83,7 @@ def roll_back(
     The marker is written first: if the process dies between the two steps, the next start
     (still the new build) finds ``rolled_back`` and finishes the rename.
     """
-    store.write(marker.with_(phase=Phase.ROLLED_BACK, error=failure.text))
+    store.write(marker.with_(phase=Phase.ROLLED_BACK, error=failure.text, failed_step=failure.step))
     try:
         files.replace(marker.backup, marker.program)
     except FileOperationError as e:

@@ -42,7 +42,8 @@ def install(
     except FileOperationError as e:
         restored = restore(marker, files)
         markers.remove()
-        failure = UpdateFailure(FailedStep.INSTALL, f"install new binary: {e}{restored}", e.errno)
+        step = FailedStep.RESTORE if restored else FailedStep.INSTALL
+        failure = UpdateFailure(step, f"install new binary: {e}{restored}", e.errno)
         raise UpdateFailedError(failure) from None
     except BaseException:
         restore(marker, files)

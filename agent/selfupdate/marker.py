@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.files import write_atomic
+from agent.selfupdate.failures import FailedStep
 
 __all__ = ["MARKER_FILE", "MarkerStore", "Phase", "UpdateMarker", "new_marker"]
 
@@ -74,6 +75,9 @@ class UpdateMarker:
     deadline: float | None = None  # wall clock (epoch seconds): it must survive exec
     attempts: int = 0  # starts of the new build in the handover phase
     error: str | None = None
+    # The step whose failure was rolled back, so the build that reports it gives the same
+    # failure kind (a marker from an older build has none: it reads as a failed hand-over).
+    failed_step: FailedStep | None = None
 
     def with_(self, **changes: Any) -> UpdateMarker:
         return dataclasses.replace(self, **changes)
@@ -91,6 +95,7 @@ class UpdateMarker:
             backup=str(self.backup),
             phase=str(self.phase),
             started_at=self.started_at.isoformat(),
+            failed_step=str(self.failed_step) if self.failed_step else None,
         )
         return (json.dumps(data, indent=2) + "\n").encode()
 
@@ -120,7 +125,16 @@ class UpdateMarker:
             deadline=_field(data, "deadline", float, optional=True),
             attempts=_field(data, "attempts", int),
             error=_field(data, "error", str, optional=True),
+            failed_step=_failed_step(data.get("failed_step")),
         )
+
+
+def _failed_step(value: Any) -> FailedStep | None:
+    """A step this build does not know (a newer build's) reads as none."""
+    try:
+        return FailedStep(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 class MarkerStore:

@@ -143,9 +143,10 @@ def plan_at_start(
         return _report(marker, _unknown_build(marker, version))
     if marker.phase is Phase.HANDOVER:
         return _plan_handover(marker, version, now)
-    # ROLLED_BACK: whoever rolled back wrote why.
+    # ROLLED_BACK: whoever rolled back wrote why, and which step failed.
     failure = UpdateFailure(
-        FailedStep.HANDOVER, marker.error or f"the update to {new} was rolled back"
+        marker.failed_step or FailedStep.HANDOVER,
+        marker.error or f"the update to {new} was rolled back",
     )
     if version == new and backup_exists:
         return StartPlan(StartAction.ROLL_BACK, marker, failure)

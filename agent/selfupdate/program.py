@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.agent_types import AgentType
+from contracts.vocabulary.commands import CommandFailureKind
 
 __all__ = [
     "FileOperationError",
     "ProgramFiles",
+    "SelfUpdateBlocker",
     "can_self_update",
     "go_strerror",
     "running_program",
@@ -144,25 +146,49 @@ def running_program() -> Path | None:
     return None
 
 
+@dataclass(frozen=True)
+class SelfUpdateBlocker:
+    """Why ``self_update`` cannot work here: ``kind`` for the Console (on every heartbeat and in
+    a rejection), ``text`` for people (the agent's log and the rejection's ``error``)."""
+
+    kind: CommandFailureKind
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
 def self_update_blocker(
     agent_type: AgentType, path: Path | None, *, signing_key: bool = True
-) -> str | None:
+) -> SelfUpdateBlocker | None:
     """Why ``self_update`` cannot work here, or ``None`` when it can."""
     if agent_type is not AgentType.HOST:
-        return f"{agent_type} agents are upgraded by helm upgrade, not self_update"
+        return SelfUpdateBlocker(
+            CommandFailureKind.NOT_SELF_UPDATABLE,
+            f"{agent_type} agents are upgraded by helm upgrade, not self_update",
+        )
     if not signing_key:
-        return "no signing public key configured: refusing to install unsigned builds"
+        return SelfUpdateBlocker(
+            CommandFailureKind.NO_SIGNING_KEY,
+            "no signing public key configured: refusing to install unsigned builds",
+        )
     if path is None:
         argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "?"
-        return (
+        return SelfUpdateBlocker(
+            CommandFailureKind.NOT_SINGLE_FILE_BUILD,
             f"this agent does not run from a single-file build (started as {argv0}); "
-            "self_update replaces the build it runs from"
+            "self_update replaces the build it runs from",
         )
     directory = path.parent
     if not os.access(directory, os.W_OK | os.X_OK):
-        return f"the program directory {directory} is not writable"
+        return SelfUpdateBlocker(
+            CommandFailureKind.READ_ONLY_PROGRAM,
+            f"the program directory {directory} is not writable",
+        )
     if path.exists() and not os.access(path, os.W_OK):
-        return f"the program file {path} is not writable"
+        return SelfUpdateBlocker(
+            CommandFailureKind.READ_ONLY_PROGRAM, f"the program file {path} is not writable"
+        )
     return None
 
 

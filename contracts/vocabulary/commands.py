@@ -19,8 +19,11 @@ class CommandStatus(StrEnum):
 class CommandFailureKind(StrEnum):
     """Why a command was rejected or failed, for machines; ``error`` stays the prose for people.
 
-    Derived from what the agent reports today (``agent/program.py``'s self-update blockers,
-    ``agent/selfupdate.py``, ``agent/handover.py``, ``agent/commands.py``).
+    Produced by the agent: ``agent/commands.py`` (the dispatcher, the ledger and
+    ``rotate_credentials``), ``agent/selfupdate/program.py`` (why a self_update cannot work here,
+    also sent on every heartbeat as ``self_update_blocker``), ``agent/selfupdate/handler.py``
+    (the self_update's own rejections) and ``agent/selfupdate/failures.py`` (the failed step of
+    a self_update → its kind). A reader that meets a value it does not know reads ``None``.
     """
 
     # rejected before anything was tried
@@ -35,7 +38,8 @@ class CommandFailureKind(StrEnum):
     NOT_SINGLE_FILE_BUILD = "not_single_file_build"
     """The agent does not run from a single-file build it could replace."""
     READ_ONLY_PROGRAM = "read_only_program"
-    """The program file or its directory is not writable."""
+    """The program file or its directory is not writable (a blocker on the heartbeat, or the
+    backup/install rename refused with EROFS, EACCES or EPERM)."""
     UPDATE_IN_PROGRESS = "update_in_progress"
     """Another self_update is already running."""
     # failed while trying
@@ -46,11 +50,19 @@ class CommandFailureKind(StrEnum):
     SMOKE_CHECK_FAILED = "smoke_check_failed"
     """The new build did not answer ``version --json`` correctly (or too old a protocol)."""
     INSTALL_FAILED = "install_failed"
-    """Backing up the current build or placing the new one failed."""
+    """Backing up the current build or placing the new one failed (not for want of write
+    access: that is ``read_only_program``); the old build is in place."""
     ROLLED_BACK = "rolled_back"
     """The new build did not become healthy (trial, crash, probation) and the old one is back."""
+    ROLLBACK_FAILED = "rollback_failed"
+    """The update failed and the old build could not be put back: the program file needs a
+    person."""
     INTERRUPTED = "interrupted"
     """The agent stopped or restarted while the command ran."""
     ROTATION_FAILED = "rotation_failed"
-    """New credentials could not be made or their outcome is unknown."""
+    """The Console refused the new credentials; the current ones stay."""
+    ROTATION_UNCONFIRMED = "rotation_unconfirmed"
+    """The Console's answer to a rotation was lost: the new key stays pending, and is used if
+    NATS refuses the current one."""
     INTERNAL_ERROR = "internal_error"
+    """The handler raised: a bug in the agent."""

@@ -130,6 +130,7 @@ async def test_a_refused_rotation_keeps_the_old_key_and_drops_the_pending_one(
     result = CommandResult.model_validate(results[0])
     assert result.status is CommandStatus.FAILED
     assert "403 refused" in (result.error or "")
+    assert results[0]["failure_kind"] == "rotation_failed"
     after = StateStore(tmp_path).read()
     assert after is not None
     assert after.seed == state.seed
@@ -144,6 +145,7 @@ async def test_an_unknown_outcome_keeps_the_pending_key_for_later(
     result = CommandResult.model_validate(results[0])
     assert result.status is CommandStatus.FAILED
     assert (result.error or "").startswith("rotation outcome unknown")
+    assert results[0]["failure_kind"] == "rotation_unconfirmed"
     after = StateStore(tmp_path).read()
     assert after is not None
     assert after.seed == state.seed
@@ -171,3 +173,4 @@ async def test_a_rotation_without_a_nonce_is_rejected(
     result = CommandResult.model_validate(results.messages[0])
     assert result.status is CommandStatus.REJECTED
     assert "nonce" in (result.error or "")
+    assert results.messages[0]["failure_kind"] == "bad_arguments"

@@ -22,7 +22,7 @@ import pytest
 
 from agent.state import AgentState
 from contracts import subjects
-from contracts.messages import CommandResult, CommandStatus, Heartbeat
+from contracts.messages import CommandFailureKind, CommandResult, CommandStatus, Heartbeat
 from testkit.agents import AgentProcess, agent_env
 from testkit.builds import ArtifactServer, Build, Builds, build_agent, make_signing_key
 from testkit.nats import NatsServer
@@ -66,6 +66,10 @@ class Console:
 
     async def send(self, command_id: str, kind: str = "self_update", **args: Any) -> None:
         await send_command(self.client, self.agent_id, kind, command_id, **args)
+
+    def raw_result(self, command_id: str) -> dict[str, Any]:
+        """The result as it came over NATS, before any model reads it."""
+        return next(m for m in self.results.messages if m["command_id"] == command_id)
 
     def results_for(self, command_id: str) -> list[CommandResult]:
         return [
@@ -251,6 +255,14 @@ async def test_bad_checksum_and_bad_signature_are_refused(
         assert refused.error == "signature does not verify with the configured signing key"
     assert missing.status is CommandStatus.FAILED
     assert missing.error == f"download {artifacts.url}/x.pyz: HTTP 404 Not Found"
+    # The facts the Console judges, as they travel (no English matched across processes).
+    kinds = {c: console.raw_result(c)["failure_kind"] for c in ("sha", "rogue", "other", "404")}
+    assert kinds == {
+        "sha": "checksum_mismatch",
+        "rogue": "bad_signature",
+        "other": "bad_signature",
+        "404": "download_failed",
+    }
     assert host.program.read_bytes() == builds.old.path.read_bytes()
     assert leftovers(host) == []
 
@@ -272,6 +284,9 @@ async def test_without_a_signing_key_self_update_is_rejected(
     assert result.status is CommandStatus.REJECTED
     assert result.error == "no signing public key configured: refusing to install unsigned builds"
     assert beat.can_self_update is False, "declared up front, so rollouts exclude it"
+    # Issue 16 item 17: the reason is its own fact, not "read-only program path".
+    assert console.raw_result("nokey")["failure_kind"] == "no_signing_key"
+    assert console.beats.messages[-1]["self_update_blocker"] == "no_signing_key"
     assert artifacts.downloads == []
     assert "self-update not possible (no signing public key configured" in host.agent.log()
 
@@ -327,6 +342,8 @@ async def test_a_read_only_program_path_reports_the_real_rename_error(
         f"backup current binary: rename {program} {program}.bak: read-only file system"
     )
     assert beat.can_self_update is False
+    assert console.raw_result("ro")["failure_kind"] == "read_only_program"
+    assert beat.self_update_blocker is CommandFailureKind.READ_ONLY_PROGRAM
     assert program.read_bytes() == builds.old.path.read_bytes()
     assert leftovers(host) == []
 
@@ -353,6 +370,7 @@ async def test_a_build_that_hangs_at_start_is_killed_and_the_old_one_kept(
         await await_for(lambda: len(console.beats.messages) > beats_after, what="beat")
     assert result.status is CommandStatus.FAILED
     assert result.error == "new version 0.9.1 did not become healthy within 4s; restored 0.8.0"
+    assert console.raw_result("hang")["failure_kind"] == "rolled_back"
     assert host.agent.process.pid == pid
     assert set(console.versions()) == {"0.8.0"}
     assert host.program.read_bytes() == builds.old.path.read_bytes()
@@ -376,6 +394,7 @@ async def test_a_build_that_never_connects_after_the_handover_brings_the_old_one
         pong = await console.result("ping")
     assert result.status is CommandStatus.FAILED
     assert result.error == "new version 0.9.2 did not become healthy within 4s; restored 0.8.0"
+    assert result.failure_kind is CommandFailureKind.ROLLED_BACK, "reported by the old build"
     assert pong.detail["version"] == "0.8.0"
     assert host.program.read_bytes() == builds.old.path.read_bytes()
     assert "self_update: 0.9.2 took over from 0.8.0" in host.agent.log()
@@ -409,6 +428,7 @@ async def test_a_build_that_crashes_after_the_handover_is_undone_on_restart(
         "new version 0.9.3 stopped (crashed or was restarted) before it became healthy; "
         "restored 0.8.0"
     )
+    assert result.failure_kind is CommandFailureKind.ROLLED_BACK
     assert pong.detail["version"] == "0.8.0"
     assert host.agent.exits[:1] == [1], "the new build crashed once"
     assert host.program.read_bytes() == builds.old.path.read_bytes()

@@ -14,13 +14,14 @@ import pytest
 
 from agent.errors import ConfigError
 from agent.httpclient import DownloadTooLargeError, HttpRequest, UrllibTransport
+from agent.selfupdate.failures import FailedStep, failure_kind
 from agent.selfupdate.handler import SelfUpdater
 from agent.selfupdate.marker import MarkerStore, Phase, UpdateMarker, new_marker
 from agent.selfupdate.probation import StartDecision, decide_at_start
 from agent.selfupdate.program import FileOperationError, ProgramFiles, go_strerror
 from agent.selfupdate.signatures import SigningPublicKey, load_signing_key
 from contracts.agent_types import AgentType
-from contracts.messages import Command, CommandKind, CommandStatus
+from contracts.messages import Command, CommandFailureKind, CommandKind, CommandStatus
 from testkit.builds import ArtifactServer, Builds
 
 
@@ -74,6 +75,8 @@ async def test_the_rename_failure_seam_gives_the_go_agents_text(
     assert outcome.error == (
         f"backup current binary: rename {program} {program}.bak: read-only file system"
     )
+    assert outcome.failure is not None and outcome.failure.step is FailedStep.BACKUP
+    assert failure_kind(outcome.failure) is CommandFailureKind.READ_ONLY_PROGRAM
     assert program is not None and program.read_bytes() == builds.old.path.read_bytes()
     assert sorted(p.name for p in program.parent.iterdir()) == ["proxima-agent"]
     assert not (tmp_path / "data" / "update.json").exists()
@@ -112,12 +115,15 @@ async def test_kubernetes_agents_and_agents_without_a_key_refuse(
     node = await updater(tmp_path, builds, agent_type=AgentType.K8S_NODE_MONITOR).run(command(args))
     assert node.status is CommandStatus.REJECTED
     assert node.error == "k8s-node-monitor agents are upgraded by helm upgrade, not self_update"
+    assert node.failure_kind is CommandFailureKind.NOT_SELF_UPDATABLE
     keyless = await updater(tmp_path, builds, key=False).run(command(args))
     assert keyless.status is CommandStatus.REJECTED
     assert keyless.error == "no signing public key configured: refusing to install unsigned builds"
+    assert keyless.failure_kind is CommandFailureKind.NO_SIGNING_KEY
     bad = await updater(tmp_path, builds).run(command({"version": "0.9.0"}))
     assert bad.status is CommandStatus.REJECTED
     assert bad.error is not None and bad.error.startswith("self_update needs a valid artifact")
+    assert bad.failure_kind is CommandFailureKind.BAD_ARGUMENTS
     same = await updater(tmp_path, builds).run(command(builds.old.artifact(artifacts.url)))
     assert same.status is CommandStatus.SUCCEEDED
     assert same.detail == {"old_version": "0.8.0", "new_version": "0.8.0"}
@@ -142,6 +148,7 @@ async def test_an_update_in_flight_refuses_a_second_one(
     outcome = await first.run(command(builds.new.artifact(artifacts.url)))
     assert outcome.status is CommandStatus.REJECTED
     assert outcome.error == "another self_update (command earlier) is in progress"
+    assert outcome.failure_kind is CommandFailureKind.UPDATE_IN_PROGRESS
 
 
 # -- decisions at start ---------------------------------------------------------------------

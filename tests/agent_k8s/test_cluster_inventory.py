@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from contracts.vocabulary.inventory import InventoryProblemKind
 from testkit.console import ConsoleProcess
 from testkit.k8s import (
     MAX_PAYLOAD,
@@ -142,6 +143,12 @@ def test_forbidden_rollouts_are_logged_once_and_the_rest_of_the_inventory_flows(
             "(a chart older than Argo Rollouts support): helm upgrade to the current chart"
         ]
         assert _warnings(view)["inventory_errors"] == view["errors"]
+        # The same, as a fact on the wire (issue 10: no English matched across processes).
+        problems = observer.snapshots(agent_id)[-1].problems
+        assert problems is not None
+        assert [(p.kind, p.resource, p.message) for p in problems] == [
+            (InventoryProblemKind.FORBIDDEN_ARGO_ROLLOUTS, "rollouts", view["errors"][0])
+        ]
         log = agent.log()
         assert log.count("forbidden to read argo rollouts") == 1, log
         assert "helm upgrade to the current chart" in log
@@ -155,6 +162,7 @@ def test_forbidden_rollouts_are_logged_once_and_the_rest_of_the_inventory_flows(
             what="rollouts in the Console",
         )
         assert cluster_view(k8s_console, slug)["errors"] == []
+        assert observer.snapshots(agent_id)[-1].problems == [], "an empty list: none, not unsent"
         assert agent.log().count("rollouts readable again") == 1
         assert agent.log().count("forbidden to read argo rollouts") == 1
     finally:

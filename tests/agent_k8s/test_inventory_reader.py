@@ -19,7 +19,8 @@ from agent.cluster.kinds import KINDS
 from agent.settings import AgentSettings
 from contracts import subjects
 from contracts.agent_types import AgentType
-from contracts.inventory import assemble, split_chunk
+from contracts.inventory import InventoryProblem, assemble, split_chunk
+from contracts.vocabulary.inventory import InventoryProblemKind
 from testkit.agent_state import make_state
 from testkit.kube import FleetSpec, KubeApiDouble, objects, seed_fleet
 
@@ -101,6 +102,35 @@ def test_a_forbidden_kind_is_left_out_and_named_while_the_rest_flows(
     errors = reading.snapshot.errors
     assert errors[0].startswith("forbidden to read cronjobs (batch/v1)")
     assert errors[1].startswith("forbidden to read argo rollouts")
+    problems = reading.snapshot.problems
+    assert problems is not None
+    assert [(p.kind, p.resource, p.message) for p in problems] == [
+        (InventoryProblemKind.FORBIDDEN, "cronjobs", errors[0]),
+        (InventoryProblemKind.FORBIDDEN_ARGO_ROLLOUTS, "rollouts", errors[1]),
+    ]
+
+
+def test_another_refusal_of_a_kind_is_unreadable_while_the_rest_flows(
+    kube_api: KubeApiDouble, kube_client: Any
+) -> None:
+    seed_fleet(kube_api, SPEC)
+    kube_api.fail("jobs", code=400, group="batch", verbs="list", message="bad selector")
+    reading = InventoryReader(kube_client).read(CONFIG)
+    assert reading.snapshot.counts["pods"] == 90 and "jobs" not in reading.snapshot.counts
+    assert reading.snapshot.errors == ["cannot read jobs (batch/v1): 400: bad selector"]
+    assert reading.snapshot.problems == [
+        InventoryProblem(
+            kind=InventoryProblemKind.UNREADABLE,
+            resource="jobs",
+            message="cannot read jobs (batch/v1): 400: bad selector",
+        )
+    ]
+
+
+def test_a_clean_sync_says_it_has_no_problems(kube_api: KubeApiDouble, kube_client: Any) -> None:
+    """An empty list, not None: None is what an agent that does not send problems yet says."""
+    seed_fleet(kube_api, SPEC)
+    assert InventoryReader(kube_client).read(CONFIG).snapshot.problems == []
 
 
 @pytest.mark.parametrize("code", [500, 503, 429, 401])

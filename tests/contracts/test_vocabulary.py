@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from contracts.inventory import InventorySnapshot
-from contracts.messages import CommandResult
+from contracts.messages import CommandResult, Heartbeat
 from contracts.rollouts import CriterionSpec, RolloutCreate
 from contracts.vocabulary import (
     AgentFlag,
@@ -112,6 +112,31 @@ def test_the_folded_enrollment_and_release_reasons_keep_their_values() -> None:
         (FailureType, {"failed", "timed_out", "rejected", "any"}),
         (ThresholdAction, {"stall", "abort"}),
         (CommandStatus, {"accepted", "succeeded", "failed", "rejected"}),
+        (
+            CommandFailureKind,
+            {
+                "unsupported_command",
+                "bad_arguments",
+                "not_self_updatable",
+                "no_signing_key",
+                "not_single_file_build",
+                "read_only_program",
+                "update_in_progress",
+                "download_failed",
+                "download_too_large",
+                "checksum_mismatch",
+                "bad_signature",
+                "smoke_check_failed",
+                "install_failed",
+                "rolled_back",
+                "rollback_failed",
+                "interrupted",
+                "rotation_failed",
+                "rotation_unconfirmed",
+                "internal_error",
+            },
+        ),
+        (InventoryProblemKind, {"forbidden_argo_rollouts", "forbidden", "unreadable"}),
     ],
 )
 def test_wire_values_are_unchanged(enum: type, values: set[str]) -> None:
@@ -199,3 +224,65 @@ def test_an_inventory_snapshot_without_problems_still_parses_and_one_with_them_d
     )
     assert snapshot.problems is not None
     assert snapshot.problems[0].kind is InventoryProblemKind.FORBIDDEN_ARGO_ROLLOUTS
+
+
+# -- version skew: a kind this build does not know ------------------------------------------
+
+
+def test_an_unknown_failure_kind_reads_as_none_instead_of_losing_the_result() -> None:
+    """A newer agent's kind (or a stored one an older Console wrote before a rename) must not
+    make the Console drop the whole result."""
+    base = {
+        "command_id": "c1",
+        "agent_id": "a1",
+        "kind": "self_update",
+        "status": "failed",
+        "finished_at": datetime(2026, 1, 1, tzinfo=UTC).isoformat(),
+        "error": "something new went wrong",
+    }
+    result = CommandResult.model_validate({**base, "failure_kind": "quantum_flux"})
+    assert result.failure_kind is None
+    assert result.error == "something new went wrong"
+    from_json = CommandResult.model_validate_json(json.dumps({**base, "failure_kind": "x_ray"}))
+    assert from_json.failure_kind is None
+    with pytest.raises(ValueError, match="failure_kind"):
+        CommandResult.model_validate({**base, "failure_kind": 7})
+
+
+def test_a_heartbeat_says_why_it_cannot_self_update_and_tolerates_an_unknown_reason() -> None:
+    base = {
+        "agent_id": "a1",
+        "instance_id": "i1",
+        "agent_type": "host",
+        "version": "1.0.0",
+        "sent_at": datetime(2026, 1, 1, tzinfo=UTC).isoformat(),
+        "uptime_seconds": 1.0,
+        "heartbeat_interval_seconds": 30.0,
+        "can_self_update": False,
+    }
+    assert Heartbeat.model_validate(base).self_update_blocker is None
+    beat = Heartbeat.model_validate({**base, "self_update_blocker": "no_signing_key"})
+    assert beat.self_update_blocker is CommandFailureKind.NO_SIGNING_KEY
+    newer = Heartbeat.model_validate({**base, "self_update_blocker": "on_the_moon"})
+    assert newer.self_update_blocker is None and newer.can_self_update is False
+
+
+def test_an_inventory_problem_of_an_unknown_kind_keeps_its_resource_and_message() -> None:
+    snapshot = InventorySnapshot.model_validate(
+        {
+            "cluster_slug": "prod",
+            "cluster_name": "prod",
+            "collected_at": datetime(2026, 1, 1, tzinfo=UTC).isoformat(),
+            "sync_interval_seconds": 300,
+            "counts": {},
+            "problems": [
+                {"kind": "throttled_by_aliens", "resource": "pods", "message": "…"},
+                {"kind": "forbidden", "resource": "cronjobs", "message": "…"},
+            ],
+        }
+    )
+    assert snapshot.problems is not None
+    assert [(p.kind, p.resource) for p in snapshot.problems] == [
+        (None, "pods"),
+        (InventoryProblemKind.FORBIDDEN, "cronjobs"),
+    ]
