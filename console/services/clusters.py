@@ -12,7 +12,7 @@ Warnings are computed when read, from what the agents report and what the Consol
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlmodel import Session, col, select
@@ -233,6 +233,18 @@ def public(session: Session, cluster: Cluster, *, backend_sync_interval: str) ->
         warnings=_warnings(cluster, collectors, token_ids, backend_sync_interval),
         backend_sync_interval_seconds=parse_duration(backend_sync_interval),
     )
+
+
+def collectors_seen_recently(
+    cluster: ClusterPublic, *, stale_seconds: float, now: datetime
+) -> dict[str, bool]:
+    """Per collector of the cluster's view: seen within the stale timeout (the cluster page's
+    online dot)."""
+    stale = timedelta(seconds=stale_seconds)
+    return {
+        a.id: a.status_seen_at is not None and now - a.status_seen_at <= stale
+        for a in cluster.agents
+    }
 
 
 def _present(rt: ServiceRuntime, session: Session, cluster: Cluster) -> ClusterPublic:

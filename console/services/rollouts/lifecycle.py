@@ -16,7 +16,6 @@ from console.services.rollouts.reads import present
 from console.services.rollouts.records import (
     apply_event,
     counts,
-    load,
     load_for,
 )
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
@@ -59,20 +58,19 @@ async def transition(
     also resumes the paused flow run, after commit; the flow polls the state as well."""
     settings = rt.settings
 
-    def work(uow: UnitOfWork) -> None:
+    def work(uow: UnitOfWork) -> RolloutPublic:
         rollout = load_for(uow.session, rollout_id, principal, Scope.ROLLOUTS_WRITE)
         _apply(uow.session, rollout, action, reason, flow_run_id)
         uow.session.add(rollout)
+        uow.session.flush()
         flow_run = rollout.flow_run_id
         if action in ("resume", "abort") and flow_run and settings.prefect_api_url:
             if not flow_run_id:
                 decision = Decision.RESUME if action == "resume" else Decision.ABORT
                 uow.after_commit(lambda: _resume_flow(settings.prefect_api_url, flow_run, decision))
+        return present(uow.session, rollout, with_targets=False)
 
-    await rt.units.run(work, write=True)
-    return await rt.units.run(
-        lambda uow: present(uow.session, load(uow.session, rollout_id), False)
-    )
+    return await rt.units.run(work, write=True)
 
 
 def _apply(

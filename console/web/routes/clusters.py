@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import unicodedata
-from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -177,12 +176,9 @@ async def cluster_detail(
 ) -> Response:
     viewer.require(Scope.CLUSTERS_READ)
     cluster = await clusters.get_cluster(runtime, viewer.principal, slug)
-    stale = timedelta(seconds=runtime.settings.agent_stale_seconds)
-    now = utcnow()
-    online = {
-        a.id: a.status_seen_at is not None and now - a.status_seen_at <= stale
-        for a in cluster.agents
-    }
+    online = clusters.collectors_seen_recently(
+        cluster, stale_seconds=runtime.settings.agent_stale_seconds, now=utcnow()
+    )
     return get_web(request).templates.render(
         request,
         "clusters/detail.html",
