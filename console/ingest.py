@@ -1,13 +1,11 @@
-"""Heartbeats and metrics from NATS into the database, in batches.
+"""The NATS adapter: heartbeats, metrics, results, inventory and refused connections from NATS
+into the services, in batches.
 
 Messages are queued as they arrive and written every ``heartbeat_flush_seconds`` (or sooner when
 ``heartbeat_batch_max`` pile up), one UPDATE per agent per batch: thousands of heartbeats a second
 cost a handful of transactions. The subject names the agent (the server lets an agent publish
-only under its own prefix), so the payload's own ``agent_id`` is never trusted.
-
-Shared identity: every agent process sends a random ``instance_id``. A restart changes it once
-(A A A B B B); two live processes on one identity alternate (A B A B). An instance that comes
-back after another one has spoken, within two heartbeat intervals, flags the record.
+only under its own prefix), so the payload's own ``agent_id`` is never trusted. What is written,
+and the shared-identity rule, live in ``console.services.heartbeats``.
 """
 
 from __future__ import annotations
@@ -17,22 +15,22 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from prometheus_client import Counter, Histogram
 from pydantic import ValidationError
-from sqlalchemy import bindparam, update
-from sqlalchemy.engine import Engine
-from sqlmodel import Session
 
-from console.clusters import record_inventory
 from console.core.clock import utcnow
-from console.models import Agent, AgentEvent, NatsRevocation
 from console.nats.jwt import decode_claims
-from console.rollouts import record_results
+from console.services.clusters import record_inventories
+from console.services.heartbeats import (
+    IdentityChange,
+    InstanceTracker,
+    record_heartbeats,
+    record_refused,
+)
+from console.services.rollouts.results import record_results
+from console.services.unit_of_work import UnitsOfWork
 from contracts import subjects
 from contracts.inventory import (
     ChunkHeader,
@@ -42,6 +40,8 @@ from contracts.inventory import (
     split_chunk,
 )
 from contracts.messages import CommandResult, Heartbeat, HostMetrics
+
+__all__ = ["IdentityChange", "Ingester", "InstanceTracker"]
 
 log = logging.getLogger(__name__)
 
@@ -57,75 +57,16 @@ FLUSH_SECONDS = Histogram("proxima_heartbeat_flush_seconds", "Time to write one 
 REJECTED = Counter("proxima_messages_rejected_total", "Agent messages that did not parse", ["kind"])
 
 
-@dataclass(slots=True)
-class _Seen:
-    last_instance: str | None = None
-    instances: dict[str, tuple[float, str]] = field(default_factory=dict)
-    shared: bool = False
-    flapping: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class IdentityChange:
-    agent_id: str
-    shared: bool
-    flapping: bool
-    instances: tuple[str, ...]
-    versions: tuple[str, ...]
-
-
-class InstanceTracker:
-    """Detects two live processes heartbeating as one identity (see module docstring)."""
-
-    def __init__(self, *, slack_seconds: float = 1.0) -> None:
-        self._seen: dict[str, _Seen] = {}
-        self._slack = slack_seconds
-
-    def observe(
-        self, agent_id: str, instance_id: str, version: str, interval: float, now: float
-    ) -> IdentityChange | None:
-        state = self._seen.setdefault(agent_id, _Seen())
-        window = 2 * max(interval, 0.05) + self._slack
-        for inst, (t, _v) in list(state.instances.items()):
-            if now - t > window:
-                del state.instances[inst]
-        alternated = (
-            state.last_instance is not None
-            and instance_id != state.last_instance
-            and instance_id in state.instances
-        )
-        state.instances[instance_id] = (now, version)
-        state.last_instance = instance_id
-        shared = state.shared
-        if alternated:
-            shared = True
-        elif len(state.instances) == 1:
-            shared = False
-        versions = tuple(sorted({v for _t, v in state.instances.values()}))
-        flapping = shared and len(versions) > 1
-        if shared != state.shared or flapping != state.flapping:
-            state.shared, state.flapping = shared, flapping
-            return IdentityChange(
-                agent_id, shared, flapping, tuple(sorted(state.instances)), versions
-            )
-        return None
-
-    def forget(self, agent_id: str) -> None:
-        self._seen.pop(agent_id, None)
-
-
 class Ingester:
     def __init__(
         self,
         *,
-        engine: Engine,
-        writer: Callable[[], AbstractContextManager[object]] = nullcontext,
+        units: UnitsOfWork,
         flush_seconds: float,
         batch_max: int,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._engine = engine
-        self._writer = writer
+        self._units = units
         self._flush_seconds = flush_seconds
         self._batch_max = batch_max
         self._clock = clock
@@ -239,13 +180,16 @@ class Ingester:
         metrics, self._metrics = self._metrics, {}
         results, self._results = self._results, []
         if results:
-            await asyncio.to_thread(self._write_results, results)
+            await self._write_results(results)
         inventories, self._inventories = self._inventories, {}
         if inventories:
-            await asyncio.to_thread(self._write_inventories, inventories)
+            await self._units.run(
+                lambda uow: record_inventories(uow.session, inventories), write=True
+            )
+            INVENTORIES.inc(len(inventories))
         refused, self._refused = self._refused, {}
         if refused:
-            await asyncio.to_thread(self._write_refused, refused)
+            await self._units.run(lambda uow: record_refused(uow.session, refused), write=True)
         if not batch and not metrics:
             return
         latest: dict[str, Heartbeat] = {}
@@ -259,7 +203,9 @@ class Ingester:
             if change:
                 changes.append(change)
         started = time.perf_counter()
-        await asyncio.to_thread(self._write, latest, metrics, changes)
+        await self._units.run(
+            lambda uow: record_heartbeats(uow.session, latest, metrics, changes), write=True
+        )
         FLUSH_SECONDS.observe(time.perf_counter() - started)
         committed = utcnow()
         for _agent_id, hb in batch:
@@ -268,126 +214,8 @@ class Ingester:
         HEARTBEATS.inc(len(batch))
         self.flushed += len(batch)
 
-    def _write_refused(self, refused: dict[str, int]) -> None:
-        now = utcnow()
-        with self._writer(), Session(self._engine) as session:
-            for public_key, count in refused.items():
-                row = session.get(NatsRevocation, public_key)
-                if row is None:
-                    continue  # a stranger's key: nothing of ours
-                row.refused_attempts += count
-                row.last_refused_at = now
-                session.add(row)
-            session.commit()
-
-    def _write_inventories(self, inventories: dict[str, InventorySnapshot]) -> None:
-        with self._writer(), Session(self._engine) as session:
-            for agent_id, snapshot in inventories.items():
-                record_inventory(session, agent_id=agent_id, snapshot=snapshot)
-            session.commit()
-        INVENTORIES.inc(len(inventories))
-
-    def _write_results(self, results: list[tuple[str, CommandResult]]) -> None:
-        with self._writer(), Session(self._engine) as session:
-            halted = record_results(session, results)
-            session.commit()
+    async def _write_results(self, results: list[tuple[str, CommandResult]]) -> None:
+        halted = await self._units.run(lambda uow: record_results(uow.session, results), write=True)
         RESULTS.inc(len(results))
         for rollout_id in halted:
             log.warning("rollout %s halted by its failure criteria", rollout_id)
-
-    def _write(
-        self,
-        latest: dict[str, Heartbeat],
-        metrics: dict[str, HostMetrics],
-        changes: list[IdentityChange],
-    ) -> None:
-        now: datetime = utcnow()
-        table = Agent.__table__  # type: ignore[attr-defined]
-        with self._writer(), Session(self._engine) as session:
-            if latest:
-                rows = [
-                    {
-                        "b_id": agent_id,
-                        "b_seen": now,
-                        "b_version": hb.version,
-                        "b_instance": hb.instance_id,
-                        "b_uptime": hb.uptime_seconds,
-                        "b_hb": hb.heartbeat_interval_seconds,
-                        "b_metrics": hb.metrics_interval_seconds,
-                        "b_sync": hb.sync_interval_seconds,
-                        "b_self_update": hb.can_self_update,
-                        "b_slug": hb.cluster_slug,
-                        "b_leader": hb.leader,
-                    }
-                    for agent_id, hb in latest.items()
-                ]
-                stmt = (
-                    update(table)
-                    .where(table.c.id == bindparam("b_id"))
-                    .where(table.c.revoked_at.is_(None))
-                    .values(
-                        last_seen_at=bindparam("b_seen"),
-                        last_heartbeat_at=bindparam("b_seen"),
-                        version=bindparam("b_version"),
-                        instance_id=bindparam("b_instance"),
-                        uptime_seconds=bindparam("b_uptime"),
-                        heartbeat_interval_seconds=bindparam("b_hb"),
-                        metrics_interval_seconds=bindparam("b_metrics"),
-                        sync_interval_seconds=bindparam("b_sync"),
-                        can_self_update=bindparam("b_self_update"),
-                        cluster_slug=bindparam("b_slug"),
-                        leader=bindparam("b_leader"),
-                    )
-                )
-                session.connection().execute(stmt, rows)
-            if metrics:
-                session.connection().execute(
-                    update(table)
-                    .where(table.c.id == bindparam("b_id"))
-                    .values(last_metrics=bindparam("b_m")),
-                    [
-                        {"b_id": agent_id, "b_m": m.model_dump(mode="json", exclude={"agent_id"})}
-                        for agent_id, m in metrics.items()
-                    ],
-                )
-            for change in changes:
-                agent = session.get(Agent, change.agent_id)
-                if agent is None:
-                    continue
-                if change.shared and agent.shared_identity_since is None:
-                    agent.shared_identity_since = now
-                    session.add(
-                        AgentEvent(
-                            agent_id=agent.id,
-                            kind="shared_identity",
-                            message=f"{len(change.instances)} processes heartbeat as this identity",
-                            detail={
-                                "instances": list(change.instances),
-                                "versions": list(change.versions),
-                            },
-                        )
-                    )
-                elif not change.shared and agent.shared_identity_since is not None:
-                    agent.shared_identity_since = None
-                    session.add(
-                        AgentEvent(
-                            agent_id=agent.id,
-                            kind="shared_identity_cleared",
-                            message="one process heartbeats as this identity again",
-                            detail={},
-                        )
-                    )
-                if change.flapping and agent.version_flapping_since is None:
-                    agent.version_flapping_since = now
-                    session.add(
-                        AgentEvent(
-                            agent_id=agent.id,
-                            kind="version_flapping",
-                            message="reported version flaps between " + ", ".join(change.versions),
-                            detail={"versions": list(change.versions)},
-                        )
-                    )
-                elif not change.flapping:
-                    agent.version_flapping_since = None
-                session.add(agent)
-            session.commit()

@@ -1,21 +1,22 @@
-"""Everything a running Console holds: database engine, NATS (embedded or external), the
-authorization file writer, the heartbeat ingester and the command sender."""
+"""Everything a running Console holds: the database and its units of work, NATS (embedded or
+external), the authorization file writer, the heartbeat ingester and the command sender.
+
+``ConsoleRuntime`` is the ``ServiceRuntime`` the services run on: ``units`` runs their database
+work, and the methods below are the effects they register to run after commit."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
-import threading
 import uuid
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import nats
 import nkeys
 from nats.aio.client import Client as NatsClient
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, select
+from sqlmodel import select
 
 from console.core.clock import utcnow
 from console.core.db import make_engine, migrate
@@ -25,7 +26,8 @@ from console.models import NatsRevocation
 from console.nats.authorization import NatsAuthorizer
 from console.nats.jwt import NatsAuthority
 from console.nats.server import EmbeddedNats, MonitoredReloader
-from console.rollouts import expire_overdue
+from console.services.rollouts.results import expire_overdue
+from console.services.unit_of_work import UnitOfWork, UnitsOfWork
 from contracts import subjects
 from contracts.messages import Command, CommandKind
 
@@ -63,36 +65,34 @@ class ConsoleRuntime:
         self.sys_nc: NatsClient | None = None
         self.authorizer: NatsAuthorizer | None = None
         self.authority: NatsAuthority | None = None
+        self.units = UnitsOfWork(
+            self.engine, serialize_writes=self.database_url.startswith("sqlite")
+        )
         self.ingester = Ingester(
-            engine=self.engine,
-            writer=self.writer,
+            units=self.units,
             flush_seconds=settings.heartbeat_flush_seconds,
             batch_max=settings.heartbeat_batch_max,
         )
         self.nats_url = ""
-        # SQLite has one writer at a time; queueing writers here instead of in SQLite's busy
-        # handler (which sleeps in coarse steps) keeps enrollment latency flat under load.
-        self._write_lock = threading.Lock() if self.database_url.startswith("sqlite") else None
         self.rotation_waiters: dict[str, asyncio.Event] = {}
         self._sweeper: asyncio.Task[None] | None = None
 
-    def writer(self) -> AbstractContextManager[object]:
-        """Hold while writing on hot paths (enrollment, heartbeat batches)."""
-        return self._write_lock if self._write_lock is not None else nullcontext()
+    def backend_url(self, request_base_url: str) -> str:
+        """What agents should use: PROXIMA_PUBLIC_URL, else the address a request came in on."""
+        return (self.settings.public_url or request_base_url).rstrip("/")
 
     @property
     def agent_nats_url(self) -> str:
         return self.settings.nats_public_url or self.nats_url
 
     async def _load_revocations(self) -> dict[str, int]:
-        def query() -> dict[str, int]:
-            with Session(self.engine) as session:
-                rows = session.exec(
-                    select(NatsRevocation.public_key, NatsRevocation.revoked_at)
-                ).all()
+        def query(uow: UnitOfWork) -> dict[str, int]:
+            rows = uow.session.exec(
+                select(NatsRevocation.public_key, NatsRevocation.revoked_at)
+            ).all()
             return dict(rows)
 
-        return await asyncio.to_thread(query)
+        return await self.units.run(query)
 
     async def start(self) -> None:
         s = self.settings
@@ -212,14 +212,9 @@ class ConsoleRuntime:
         while True:
             await asyncio.sleep(self.settings.rollout_sweep_seconds)
             try:
-                await asyncio.to_thread(self._expire_once)
+                await self.units.run(lambda uow: expire_overdue(uow.session), write=True)
             except Exception:
                 log.exception("rollout timeout sweep failed; retrying")
-
-    def _expire_once(self) -> None:
-        with self.writer(), Session(self.engine) as session:
-            expire_overdue(session)
-            session.commit()
 
     async def send_command(self, agent_id: str, kind: CommandKind, args: dict[str, object]) -> str:
         """One command with a fresh id (rollouts derive theirs: see ``send_commands``)."""

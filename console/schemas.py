@@ -1,4 +1,5 @@
-"""API shapes: what routes accept and return."""
+"""The Console's own API shapes: what routes accept and return (the shapes other processes
+read live in ``contracts``). One home per shape: the web pages render these same models."""
 
 from datetime import datetime
 from enum import StrEnum
@@ -145,3 +146,91 @@ class Whoami(BaseModel):
     client_id: str
     environment_id: str
     scopes: list[str]
+
+
+class PublishedSettings(BaseModel):
+    """The Console's windows that other processes must agree with (flows read them here)."""
+
+    identity_quiet_seconds: float = Field(
+        description="A record seen within this window is never released or re-bound"
+    )
+    agent_stale_seconds: float = Field(description="Online: a heartbeat within this timeout")
+    rotation_timeout_seconds: float = Field(description="How long rotate-credentials waits")
+    enroll_clock_skew_seconds: float = Field(description="Largest accepted signing-clock skew")
+    k8s_sync_interval: str = Field(description="The inventory syncInterval the Console expects")
+    k8s_sync_interval_seconds: float
+    rollout_sweep_seconds: float = Field(description="How often overdue targets are timed out")
+
+
+class RolloutStart(BaseModel):
+    flow_run_id: str | None = None
+
+
+class RolloutReason(BaseModel):
+    reason: str | None = None
+
+
+class ClusterCreate(BaseModel):
+    name: str
+    slug: str | None = None
+
+
+class ClusterWarning(BaseModel):
+    kind: str
+    message: str
+
+
+class ClusterAgentView(BaseModel):
+    id: str
+    name: str
+    status_seen_at: datetime | None
+    leader: bool | None
+    reported_slug: str | None
+    sync_interval_seconds: float | None
+    version: str | None
+
+
+class ClusterPublic(BaseModel):
+    id: str
+    slug: str
+    name: str
+    environment_id: str
+    registered: bool
+    created_at: datetime
+    first_inventory_at: datetime | None
+    last_inventory_at: datetime | None
+    kubernetes_version: str | None
+    sync_interval_seconds: float | None
+    backend_sync_interval_seconds: float
+    counts: dict[str, int]
+    truncated: dict[str, Any]
+    errors: list[str]
+    agents: list[ClusterAgentView]
+    node_agents: int
+    warnings: list[ClusterWarning]
+
+
+class OnboardingCause(BaseModel):
+    issue: str
+    cause: str
+    fix: str
+
+
+class OnboardingCheck(BaseModel):
+    key: str
+    title: str
+    ok: bool
+    detail: str
+    causes: list[OnboardingCause]
+
+
+class OnboardingStatus(BaseModel):
+    slug: str
+    checks: list[OnboardingCheck]
+    done: bool
+    node_agents: int
+    nodes: int | None
+    tokens_usable: int
+    warnings: list[ClusterWarning] = Field(
+        default_factory=list, description="The cluster's warnings (see GET /api/v1/clusters/{slug})"
+    )

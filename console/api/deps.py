@@ -1,13 +1,12 @@
-"""Typed dependencies shared by the routes."""
+"""Typed dependencies shared by the routes: the running Console and the caller."""
 
-from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
-from sqlmodel import Session
 
-from console.auth import Principal, authenticate
+from console.auth import Principal
 from console.runtime import ConsoleRuntime
+from console.services import access
 
 
 def get_runtime(request: Request) -> ConsoleRuntime:
@@ -18,19 +17,11 @@ def get_runtime(request: Request) -> ConsoleRuntime:
 RuntimeDep = Annotated[ConsoleRuntime, Depends(get_runtime)]
 
 
-def get_session(runtime: RuntimeDep) -> Iterator[Session]:
-    with Session(runtime.engine, expire_on_commit=False) as session:
-        yield session
-
-
-SessionDep = Annotated[Session, Depends(get_session)]
-
-
-def get_principal(
-    session: SessionDep,
+async def get_principal(
+    runtime: RuntimeDep,
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Principal:
-    return authenticate(session, authorization)
+    return await access.principal_for(runtime, authorization)
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]

@@ -1,7 +1,9 @@
-"""Who is looking: the signed-in session, re-authenticated on every request with the API's rules.
+"""Who is looking: the signed-in session, re-authenticated on every request with the API's rules
+(``console.services.access``).
 
-``Viewer.require`` raises the API's own ``ForbiddenError`` (``missing_scope``,
-``wrong_environment``), so a page refuses exactly what the API would, with the same reason.
+Pages call the same services as the API, and the services make the scope checks, so a page
+refuses exactly what the API would, with the same reason. ``Viewer.require`` is the same check
+(``Principal.require``), for what a page shows before it calls a service.
 """
 
 from __future__ import annotations
@@ -10,18 +12,34 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
-from sqlmodel import Session
 
-from console.api.deps import RuntimeDep
-from console.auth import Principal, authenticate
+from console.auth import Principal
 from console.errors import UnauthorizedError
-from console.models import Client, Environment
+from console.runtime import ConsoleRuntime
+from console.services import access
 from console.web.errors import SignInRequired
 from console.web.forms import Form, check_csrf, read_form
 from console.web.sessions import SESSION_COOKIE, SessionStore, WebSession
 from console.web.templating import Templates
 
-__all__ = ["FormDep", "Viewer", "ViewerDep", "WebState", "get_web", "next_path"]
+__all__ = [
+    "FormDep",
+    "RuntimeDep",
+    "Viewer",
+    "ViewerDep",
+    "WebState",
+    "get_runtime",
+    "get_web",
+    "next_path",
+]
+
+
+def get_runtime(request: Request) -> ConsoleRuntime:
+    runtime: ConsoleRuntime = request.app.state.runtime
+    return runtime
+
+
+RuntimeDep = Annotated[ConsoleRuntime, Depends(get_runtime)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,24 +84,21 @@ def next_path(request: Request) -> str:
     return f"{path}?{request.url.query}" if request.url.query else path
 
 
-def get_viewer(request: Request, runtime: RuntimeDep) -> Viewer:
+async def get_viewer(request: Request, runtime: RuntimeDep) -> Viewer:
     web = get_web(request)
     session = web.store.get(request.cookies.get(SESSION_COOKIE))
     if session is None:
         raise SignInRequired(next_path(request))
-    with Session(runtime.engine) as db:
-        try:
-            principal = authenticate(db, f"Bearer {session.token}")
-        except UnauthorizedError as exc:
-            web.store.drop(session.id)
-            raise SignInRequired(next_path(request), exc.reason) from exc
-        client = db.get(Client, principal.client_id)
-        environment = db.get(Environment, principal.environment_id)
+    try:
+        identity = await access.identity_for_token(runtime, session.token)
+    except UnauthorizedError as exc:
+        web.store.drop(session.id)
+        raise SignInRequired(next_path(request), exc.reason) from exc
     viewer = Viewer(
         session=session,
-        principal=principal,
-        client_name=client.name if client else principal.client_id,
-        environment_name=environment.name if environment else principal.environment_id,
+        principal=identity.principal,
+        client_name=identity.client_name,
+        environment_name=identity.environment_name,
     )
     request.state.viewer = viewer
     return viewer

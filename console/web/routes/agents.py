@@ -1,8 +1,8 @@
 """The fleet: a filterable list, one agent with its history, and the identity actions.
 
-Each action has a confirmation step (GET shows what it does, POST does it) and calls the API's
-own route function in-process, so the same scope checks and the same refusals apply; a refusal
-is shown with the API's reason and message verbatim.
+Each action has a confirmation step (GET shows what it does, POST does it) and calls the same
+service as the API, so the same scope checks and the same refusals apply; a refusal is shown
+with the API's reason and message verbatim.
 """
 
 from __future__ import annotations
@@ -13,14 +13,11 @@ from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
-from sqlmodel import Session, col, select
 
-from console.api.deps import RuntimeDep
-from console.api.routes import fleet as fleet_api
 from console.errors import ConsoleError, ForbiddenError, NotFoundError, UnauthorizedError
-from console.models import Agent
 from console.schemas import Scope
-from console.web.deps import FormDep, ViewerDep, get_web
+from console.services import fleet, identities
+from console.web.deps import FormDep, RuntimeDep, ViewerDep, get_web
 from console.web.routing import PageRoute
 from contracts.agent_types import AgentType
 from contracts.vocabulary import AgentFlag, AgentStatus
@@ -73,7 +70,7 @@ def _enum(value: str, kind: type[Any]) -> Any:
 
 
 @router.get("/agents")
-def list_agents(
+async def list_agents(
     request: Request,
     viewer: ViewerDep,
     runtime: RuntimeDep,
@@ -93,32 +90,18 @@ def list_agents(
         "name": name[:253],
         "flag": flag if _enum(flag, AgentFlag) else "",
     }
-    with Session(runtime.engine) as db:
-        page = fleet_api.list_agents(
-            db,
-            viewer.principal,
-            runtime,
-            agent_type=_enum(filters["agent_type"], AgentType),
-            status=_enum(filters["status"], AgentStatus),
-            version=filters["version"] or None,
-            name=filters["name"] or None,
-            flag=_enum(filters["flag"], AgentFlag),
-            limit=PAGE_SIZE,
-            offset=offset,
-        )
-        versions = sorted(
-            v
-            for v in db.exec(
-                select(Agent.version)
-                .where(
-                    Agent.client_id == viewer.principal.client_id,
-                    Agent.environment_id == viewer.principal.environment_id,
-                    col(Agent.version).is_not(None),
-                )
-                .distinct()
-            ).all()
-            if v
-        )
+    page = await fleet.list_agents(
+        runtime,
+        viewer.principal,
+        agent_type=_enum(filters["agent_type"], AgentType),
+        status=_enum(filters["status"], AgentStatus),
+        version=filters["version"] or None,
+        name=filters["name"] or None,
+        flag=_enum(filters["flag"], AgentFlag),
+        limit=PAGE_SIZE,
+        offset=offset,
+    )
+    versions = await fleet.versions(runtime, viewer.principal)
     query = {k: v for k, v in filters.items() if v}
 
     def page_url(at: int) -> str:
@@ -144,12 +127,11 @@ def list_agents(
 
 
 @router.get("/agents/{agent_id}")
-def agent_detail(
+async def agent_detail(
     agent_id: str, request: Request, viewer: ViewerDep, runtime: RuntimeDep
 ) -> Response:
     viewer.require(Scope.AGENTS_READ)
-    with Session(runtime.engine) as db:
-        agent = fleet_api.get_agent(agent_id, db, viewer.principal, runtime)
+    agent = await fleet.get_agent(runtime, viewer.principal, agent_id)
     return get_web(request).templates.render(
         request,
         "agents/detail.html",
@@ -171,14 +153,13 @@ def _action(name: str) -> Action:
 
 
 @router.get("/agents/{agent_id}/{action_name}")
-def confirm_action(
+async def confirm_action(
     agent_id: str, action_name: str, request: Request, viewer: ViewerDep, runtime: RuntimeDep
 ) -> Response:
     action = _action(action_name)
     viewer.require(Scope.AGENTS_WRITE)
     viewer.require(Scope.AGENTS_READ)
-    with Session(runtime.engine) as db:
-        agent = fleet_api.get_agent(agent_id, db, viewer.principal, runtime)
+    agent = await fleet.get_agent(runtime, viewer.principal, agent_id)
     return get_web(request).templates.render(
         request,
         "agents/confirm.html",
@@ -202,13 +183,13 @@ async def do_action(
     viewer.require(Scope.AGENTS_WRITE)
     try:
         if action.slug == "release-identity":
-            released = await fleet_api.release(agent_id, viewer.principal, runtime)
+            released = await identities.release(runtime, viewer.principal, agent_id)
             message = f"Identity of {released.name} released: its next enrollment re-binds it."
         elif action.slug == "rotate-credentials":
-            rotated = await fleet_api.rotate_credentials(agent_id, viewer.principal, runtime)
+            rotated = await identities.rotate_credentials(runtime, viewer.principal, agent_id)
             message = f"Credentials rotated: the agent now holds key {rotated.public_key[:12]}…"
         else:
-            revoked = await fleet_api.revoke_agent(agent_id, viewer.principal, runtime)
+            revoked = await identities.revoke_agent(runtime, viewer.principal, agent_id)
             message = f"{revoked.name} revoked: its connection was cut."
     except (ForbiddenError, UnauthorizedError, NotFoundError):
         raise

@@ -5,15 +5,13 @@ from __future__ import annotations
 import secrets
 
 from fastapi import APIRouter, Request, Response
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse
-from sqlmodel import Session
 
-from console.api.deps import RuntimeDep
-from console.auth import Principal, authenticate
+from console.auth import Principal
 from console.errors import UnauthorizedError
 from console.schemas import Scope
-from console.web.deps import FormDep, ViewerDep, get_viewer, get_web
+from console.services import access
+from console.web.deps import FormDep, RuntimeDep, ViewerDep, get_viewer, get_web
 from console.web.errors import CsrfError, SignInRequired
 from console.web.forms import CSRF_FIELD, read_form
 from console.web.routing import PageRoute
@@ -70,10 +68,10 @@ def set_session_cookie(request: Request, response: Response, value: str) -> None
 
 
 @router.get("/")
-def index(request: Request, runtime: RuntimeDep) -> Response:
+async def index(request: Request, runtime: RuntimeDep) -> Response:
     """The first page the signed-in token may read; the sign-in form otherwise."""
     try:
-        viewer = get_viewer(request, runtime)
+        viewer = await get_viewer(request, runtime)
     except SignInRequired:
         return RedirectResponse("/sign-in", status_code=303)
     return RedirectResponse(home_for(viewer.principal), status_code=303)
@@ -128,12 +126,8 @@ async def sign_in(request: Request, runtime: RuntimeDep) -> Response:
     token = form.get("token")
     next_path = _safe_next(form.get("next")) or ""
 
-    def check() -> Principal:
-        with Session(runtime.engine) as db:
-            return authenticate(db, f"Bearer {token}" if token else None)
-
     try:
-        principal = await run_in_threadpool(check)
+        principal = (await access.identity_for_token(runtime, token)).principal
     except UnauthorizedError as exc:
         message = "Paste an API token (pxa_…)." if exc.reason == "missing_token" else exc.message
         return _sign_in_page(request, next_path=next_path, error=message, notice=None)

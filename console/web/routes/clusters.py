@@ -3,29 +3,23 @@
 from __future__ import annotations
 
 import unicodedata
-from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
-from sqlmodel import Session
 
-from console import clusters as svc
-from console.api.deps import RuntimeDep
-from console.api.routes import clusters as clusters_api
-from console.api.routes import install_tokens as install_tokens_api
 from console.core.clock import utcnow
 from console.errors import BadRequestError, ConflictError
 from console.runtime import ConsoleRuntime
-from console.schemas import InstallTokenCreate, Scope
-from console.web.deps import FormDep, Viewer, ViewerDep, get_web
+from console.schemas import ClusterCreate, InstallTokenCreate, Scope
+from console.services import clusters, onboarding, tokens
+from console.web.deps import FormDep, RuntimeDep, Viewer, ViewerDep, get_web
 from console.web.install_commands import (
     HOST_AGENT_DATA_DIR,
     TOKEN_PLACEHOLDER,
     InstallPlan,
 )
-from console.web.onboarding import onboarding_status
 from console.web.routing import PageRoute
 from contracts import VERSION
 from contracts.durations import format_duration, parse_duration
@@ -44,7 +38,7 @@ TOKEN_LIFETIMES = {
 
 def backend_url(request: Request, runtime: ConsoleRuntime) -> str:
     """What agents should use: PROXIMA_PUBLIC_URL, else the address this page was asked on."""
-    return (runtime.settings.public_url or str(request.base_url)).rstrip("/")
+    return runtime.backend_url(str(request.base_url))
 
 
 def _reveal_key(slug: str) -> str:
@@ -80,9 +74,9 @@ def _validate(name: str, slug: str) -> dict[str, str]:
 
 
 @router.get("/clusters")
-def list_clusters(request: Request, viewer: ViewerDep, runtime: RuntimeDep) -> Response:
+async def list_clusters(request: Request, viewer: ViewerDep, runtime: RuntimeDep) -> Response:
     viewer.require(Scope.CLUSTERS_READ)
-    clusters = clusters_api.list_clusters(viewer.principal, runtime)
+    rows = await clusters.list_clusters(runtime, viewer.principal)
     return get_web(request).templates.render(
         request,
         "clusters/list.html",
@@ -90,7 +84,7 @@ def list_clusters(request: Request, viewer: ViewerDep, runtime: RuntimeDep) -> R
         active="clusters",
         viewer=viewer,
         flashes=viewer.session.take_flashes(),
-        clusters=clusters,
+        clusters=rows,
     )
 
 
@@ -127,7 +121,7 @@ def add_form(request: Request, viewer: ViewerDep) -> Response:
 
 
 @router.post("/clusters/add")
-def add_cluster(
+async def add_cluster(
     request: Request, viewer: ViewerDep, form: FormDep, runtime: RuntimeDep
 ) -> Response:
     """Register the cluster and mint its install token, then show what to run."""
@@ -145,8 +139,8 @@ def add_cluster(
     if errors:
         return _wizard(request, viewer, values=values, errors=errors)
     try:
-        cluster = clusters_api.register(
-            svc.ClusterCreate(name=name, slug=slug or None), viewer.principal, runtime
+        cluster = await clusters.register_cluster(
+            runtime, viewer.principal, ClusterCreate(name=name, slug=slug or None)
         )
     except (BadRequestError, ConflictError) as exc:
         slug_shown = slug or slugify(name)
@@ -158,16 +152,13 @@ def add_cluster(
             existing=slug_shown if exc.reason == "cluster_exists" else None,
         )
     lifetime = TOKEN_LIFETIMES[str(values["expires"])][1]
-    with Session(runtime.engine, expire_on_commit=False) as db:
-        created = install_tokens_api.create(
-            InstallTokenCreate(
-                name=f"cluster {cluster.slug}",
-                cluster_slug=cluster.slug,
-                expires_in_seconds=lifetime,
-            ),
-            db,
-            viewer.principal,
-        )
+    created = await tokens.create_install_token(
+        runtime,
+        viewer.principal,
+        InstallTokenCreate(
+            name=f"cluster {cluster.slug}", cluster_slug=cluster.slug, expires_in_seconds=lifetime
+        ),
+    )
     viewer.session.reveal[_reveal_key(cluster.slug)] = created.token
     viewer.session.flash(
         "ok",
@@ -180,15 +171,14 @@ def add_cluster(
 
 
 @router.get("/clusters/{slug}")
-def cluster_detail(slug: str, request: Request, viewer: ViewerDep, runtime: RuntimeDep) -> Response:
+async def cluster_detail(
+    slug: str, request: Request, viewer: ViewerDep, runtime: RuntimeDep
+) -> Response:
     viewer.require(Scope.CLUSTERS_READ)
-    cluster = clusters_api.get_cluster(slug, viewer.principal, runtime)
-    stale = timedelta(seconds=runtime.settings.agent_stale_seconds)
-    now = utcnow()
-    online = {
-        a.id: a.status_seen_at is not None and now - a.status_seen_at <= stale
-        for a in cluster.agents
-    }
+    cluster = await clusters.get_cluster(runtime, viewer.principal, slug)
+    online = clusters.collectors_seen_recently(
+        cluster, stale_seconds=runtime.settings.agent_stale_seconds, now=utcnow()
+    )
     return get_web(request).templates.render(
         request,
         "clusters/detail.html",
@@ -202,30 +192,24 @@ def cluster_detail(slug: str, request: Request, viewer: ViewerDep, runtime: Runt
     )
 
 
-def _status(request: Request, viewer: Viewer, runtime: ConsoleRuntime, slug: str) -> Any:
+async def _status(request: Request, viewer: Viewer, runtime: ConsoleRuntime, slug: str) -> Any:
     viewer.require(Scope.CLUSTERS_READ)
-    with Session(runtime.engine) as db:
-        cluster = svc.load(db, viewer.principal.environment_id, slug)
-        status = onboarding_status(
-            db,
-            cluster,
-            backend_url=backend_url(request, runtime),
-            agent_nats_url=runtime.agent_nats_url,
-            backend_sync_interval=runtime.settings.k8s_sync_interval,
-        )
-        public = svc.public(db, cluster, backend_sync_interval=runtime.settings.k8s_sync_interval)
+    status = await onboarding.cluster_onboarding(
+        runtime, viewer.principal, slug, backend_url=backend_url(request, runtime)
+    )
+    public = await clusters.get_cluster(runtime, viewer.principal, slug)
     return status, public
 
 
 @router.get("/clusters/{slug}/onboarding")
-def onboarding(
+async def onboarding_page(
     slug: str,
     request: Request,
     viewer: ViewerDep,
     runtime: RuntimeDep,
     host_agent: bool = False,
 ) -> Response:
-    status, cluster = _status(request, viewer, runtime, slug)
+    status, cluster = await _status(request, viewer, runtime, slug)
     token = viewer.session.reveal.get(_reveal_key(cluster.slug))
     sync = format_duration(parse_duration(runtime.settings.k8s_sync_interval))
     plan = InstallPlan(
@@ -254,29 +238,30 @@ def onboarding(
 
 
 @router.get("/clusters/{slug}/onboarding/status")
-def onboarding_status_json(
+async def onboarding_status_json(
     slug: str, request: Request, viewer: ViewerDep, runtime: RuntimeDep
 ) -> JSONResponse:
-    """What the checklist polls: the three gates, their causes, the cluster's warnings."""
-    status, cluster = _status(request, viewer, runtime, slug)
-    body = status.model_dump(mode="json")
-    body["warnings"] = [w.model_dump(mode="json") for w in cluster.warnings]
-    return JSONResponse(body, headers={"Cache-Control": "no-store"})
+    """What the checklist polls: the three gates, their causes, the cluster's warnings (the
+    same service as GET /api/v1/clusters/{slug}/onboarding)."""
+    viewer.require(Scope.CLUSTERS_READ)
+    status = await onboarding.cluster_onboarding(
+        runtime, viewer.principal, slug, backend_url=backend_url(request, runtime)
+    )
+    return JSONResponse(status.model_dump(mode="json"), headers={"Cache-Control": "no-store"})
 
 
 @router.post("/clusters/{slug}/install-token")
-def mint_cluster_token(
+async def mint_cluster_token(
     slug: str, request: Request, viewer: ViewerDep, form: FormDep, runtime: RuntimeDep
 ) -> Response:
     """Another install token for this cluster: the first one is shown once and may be gone."""
     viewer.require(Scope.TOKENS_WRITE)
-    with Session(runtime.engine, expire_on_commit=False) as db:
-        cluster = svc.load(db, viewer.principal.environment_id, slug)
-        created = install_tokens_api.create(
-            InstallTokenCreate(name=f"cluster {cluster.slug}", cluster_slug=cluster.slug),
-            db,
-            viewer.principal,
-        )
-    viewer.session.reveal[_reveal_key(cluster.slug)] = created.token
-    viewer.session.flash("ok", f"Install token {created.prefix}… minted for {cluster.slug}.")
-    return RedirectResponse(_onboarding_url(cluster.slug, form.flag("host_agent")), status_code=303)
+    created = await tokens.create_cluster_install_token(runtime, viewer.principal, slug)
+    assert created.cluster_slug is not None
+    viewer.session.reveal[_reveal_key(created.cluster_slug)] = created.token
+    viewer.session.flash(
+        "ok", f"Install token {created.prefix}… minted for {created.cluster_slug}."
+    )
+    return RedirectResponse(
+        _onboarding_url(created.cluster_slug, form.flag("host_agent")), status_code=303
+    )

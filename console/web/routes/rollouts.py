@@ -11,12 +11,11 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 from pydantic import ValidationError
 
-from console.api.deps import RuntimeDep
-from console.api.routes import artifacts as artifacts_api
-from console.api.routes import rollouts as rollouts_api
 from console.errors import ConsoleError, ForbiddenError, NotFoundError, UnauthorizedError
 from console.schemas import Scope
-from console.web.deps import FormDep, Viewer, ViewerDep, get_web
+from console.services import artifacts
+from console.services.rollouts import lifecycle, planning, reads
+from console.web.deps import FormDep, RuntimeDep, Viewer, ViewerDep, get_web
 from console.web.forms import Form
 from console.web.routing import PageRoute
 from contracts.agent_types import AgentType
@@ -30,16 +29,16 @@ DECISIONS = ("resume", "pause", "abort")
 _SPLIT = re.compile(r"[\s,]+")
 
 
-def _artifacts(viewer: Viewer, runtime: Any) -> list[ArtifactRef]:
+async def _artifacts(viewer: Viewer, runtime: Any) -> list[ArtifactRef]:
     if not viewer.can(Scope.ROLLOUTS_READ):
         return []
-    return artifacts_api.list_artifacts(viewer.principal, runtime)
+    return await artifacts.list_artifacts(runtime, viewer.principal)
 
 
 @router.get("/rollouts")
-def list_rollouts(request: Request, viewer: ViewerDep, runtime: RuntimeDep) -> Response:
+async def list_rollouts(request: Request, viewer: ViewerDep, runtime: RuntimeDep) -> Response:
     viewer.require(Scope.ROLLOUTS_READ)
-    rollouts = rollouts_api.list_rollouts(viewer.principal, runtime, limit=200)
+    rollouts = await reads.list_rollouts(runtime, viewer.principal, limit=200)
     return get_web(request).templates.render(
         request,
         "rollouts/list.html",
@@ -88,7 +87,7 @@ def _defaults(runtime: Any) -> dict[str, Any]:
     }
 
 
-def _form_page(
+async def _form_page(
     request: Request,
     viewer: Viewer,
     runtime: Any,
@@ -105,7 +104,7 @@ def _form_page(
         flashes=viewer.session.take_flashes(),
         values=values,
         errors=errors,
-        artifacts=_artifacts(viewer, runtime),
+        artifacts=await _artifacts(viewer, runtime),
         agent_types=[t.value for t in AgentType],
         failure_types=[f.value for f in FailureType],
         prefect=bool(runtime.settings.prefect_api_url),
@@ -113,9 +112,9 @@ def _form_page(
 
 
 @router.get("/rollouts/new")
-def new_rollout(request: Request, viewer: ViewerDep, runtime: RuntimeDep) -> Response:
+async def new_rollout(request: Request, viewer: ViewerDep, runtime: RuntimeDep) -> Response:
     viewer.require(Scope.ROLLOUTS_WRITE)
-    return _form_page(request, viewer, runtime, values=_defaults(runtime), errors=[])
+    return await _form_page(request, viewer, runtime, values=_defaults(runtime), errors=[])
 
 
 def _values(form: Form) -> dict[str, Any]:
@@ -219,20 +218,20 @@ async def create_rollout(
 ) -> Response:
     viewer.require(Scope.ROLLOUTS_WRITE)
     values = _values(form)
-    body, errors = _body(values, _artifacts(viewer, runtime))
+    body, errors = _body(values, await _artifacts(viewer, runtime))
     if not errors:
         try:
             create = RolloutCreate.model_validate(body)
         except ValidationError as exc:
             errors = _validation_errors(exc)
     if errors:
-        return _form_page(request, viewer, runtime, values=values, errors=errors)
+        return await _form_page(request, viewer, runtime, values=values, errors=errors)
     try:
-        rollout = await rollouts_api.create(create, viewer.principal, runtime)
+        rollout = await planning.create(runtime, viewer.principal, create)
     except (ForbiddenError, UnauthorizedError):
         raise
     except ConsoleError as exc:
-        return _form_page(
+        return await _form_page(
             request,
             viewer,
             runtime,
@@ -247,16 +246,16 @@ async def create_rollout(
     return RedirectResponse(f"/rollouts/{quote(rollout.id)}", status_code=303)
 
 
-def _load(viewer: Viewer, runtime: Any, rollout_id: str) -> RolloutPublic:
+async def _load(viewer: Viewer, runtime: Any, rollout_id: str) -> RolloutPublic:
     viewer.require(Scope.ROLLOUTS_READ)
-    return rollouts_api.get_rollout(rollout_id, viewer.principal, runtime, targets=True)
+    return await reads.get_rollout(runtime, viewer.principal, rollout_id, targets=True)
 
 
 @router.get("/rollouts/{rollout_id}")
-def rollout_detail(
+async def rollout_detail(
     rollout_id: str, request: Request, viewer: ViewerDep, runtime: RuntimeDep
 ) -> Response:
-    rollout = _load(viewer, runtime, rollout_id)
+    rollout = await _load(viewer, runtime, rollout_id)
     return get_web(request).templates.render(
         request,
         "rollouts/detail.html",
@@ -270,11 +269,11 @@ def rollout_detail(
 
 
 @router.get("/rollouts/{rollout_id}/live")
-def rollout_live(
+async def rollout_live(
     rollout_id: str, request: Request, viewer: ViewerDep, runtime: RuntimeDep
 ) -> Response:
     """The part of the rollout page that changes, re-rendered for the page's poll."""
-    rollout = _load(viewer, runtime, rollout_id)
+    rollout = await _load(viewer, runtime, rollout_id)
     return get_web(request).templates.fragment(
         "rollouts/_live.html",
         viewer=viewer,
@@ -296,16 +295,13 @@ async def decide(
     viewer.require(Scope.ROLLOUTS_WRITE)
     reason = form.get("reason") or None
     try:
-        if decision == "resume":
-            done = await rollouts_api.resume(rollout_id, viewer.principal, runtime)
-        elif decision == "pause":
-            done = await rollouts_api.pause(
-                rollout_id, rollouts_api.Reason(reason=reason), viewer.principal, runtime
-            )
-        else:
-            done = await rollouts_api.abort(
-                rollout_id, rollouts_api.Reason(reason=reason), viewer.principal, runtime
-            )
+        done = await lifecycle.transition(
+            runtime,
+            viewer.principal,
+            rollout_id,
+            decision,
+            reason=None if decision == "resume" else reason,
+        )
     except (ForbiddenError, UnauthorizedError, NotFoundError):
         raise
     except ConsoleError as exc:

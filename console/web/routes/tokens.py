@@ -9,11 +9,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 from pydantic import ValidationError
-from sqlmodel import Session
 
-from console.api.deps import RuntimeDep
-from console.api.routes import api_tokens as api_tokens_api
-from console.api.routes import install_tokens as install_tokens_api
 from console.schemas import (
     ApiTokenCreate,
     ApiTokenPublic,
@@ -21,7 +17,8 @@ from console.schemas import (
     InstallTokenPublic,
     Scope,
 )
-from console.web.deps import FormDep, ViewerDep, get_web
+from console.services import tokens
+from console.web.deps import FormDep, RuntimeDep, ViewerDep, get_web
 from console.web.routing import PageRoute
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
@@ -39,12 +36,10 @@ _NEW_API = "new-api-token"
 
 
 @router.get("/tokens")
-def tokens_page(request: Request, viewer: ViewerDep, runtime: RuntimeDep) -> Response:
-    if not viewer.can(Scope.TOKENS_READ):
-        viewer.require(Scope.TOKENS_WRITE)
-    with Session(runtime.engine) as db:
-        install: list[InstallTokenPublic] = install_tokens_api.list_tokens(db, viewer.principal)
-        api: list[ApiTokenPublic] = api_tokens_api.list_tokens(db, viewer.principal)
+async def tokens_page(request: Request, viewer: ViewerDep, runtime: RuntimeDep) -> Response:
+    tokens.require_token_reader(viewer.principal)
+    install: list[InstallTokenPublic] = await tokens.list_install_tokens(runtime, viewer.principal)
+    api: list[ApiTokenPublic] = await tokens.list_api_tokens(runtime, viewer.principal)
     reveal = viewer.session.reveal
     return get_web(request).templates.render(
         request,
@@ -67,7 +62,7 @@ def _int(value: str) -> int | None:
 
 
 @router.post("/tokens/install")
-def create_install_token(viewer: ViewerDep, form: FormDep, runtime: RuntimeDep) -> Response:
+async def create_install_token(viewer: ViewerDep, form: FormDep, runtime: RuntimeDep) -> Response:
     viewer.require(Scope.TOKENS_WRITE)
     try:
         body = InstallTokenCreate(
@@ -79,26 +74,24 @@ def create_install_token(viewer: ViewerDep, form: FormDep, runtime: RuntimeDep) 
     except ValidationError as exc:
         viewer.session.flash("error", str(exc.errors()[0]["msg"]), "invalid_request")
         return RedirectResponse("/tokens", status_code=303)
-    with Session(runtime.engine, expire_on_commit=False) as db:
-        created = install_tokens_api.create(body, db, viewer.principal)
+    created = await tokens.create_install_token(runtime, viewer.principal, body)
     viewer.session.reveal[_NEW_INSTALL] = created.token
     viewer.session.flash("ok", f"Install token {created.name!r} created.")
     return RedirectResponse("/tokens#new-install-token", status_code=303)
 
 
 @router.post("/tokens/install/{token_id}/revoke")
-def revoke_install_token(
+async def revoke_install_token(
     token_id: str, viewer: ViewerDep, _form: FormDep, runtime: RuntimeDep
 ) -> Response:
     viewer.require(Scope.TOKENS_WRITE)
-    with Session(runtime.engine, expire_on_commit=False) as db:
-        token = install_tokens_api.revoke(token_id, db, viewer.principal)
+    token = await tokens.revoke_install_token(runtime, viewer.principal, token_id)
     viewer.session.flash("ok", f"Install token {token.name!r} ({token.prefix}…) revoked.")
     return RedirectResponse("/tokens", status_code=303)
 
 
 @router.post("/tokens/api")
-def create_api_token(viewer: ViewerDep, form: FormDep, runtime: RuntimeDep) -> Response:
+async def create_api_token(viewer: ViewerDep, form: FormDep, runtime: RuntimeDep) -> Response:
     viewer.require(Scope.TOKENS_WRITE)
     try:
         body = ApiTokenCreate.model_validate(
@@ -113,19 +106,17 @@ def create_api_token(viewer: ViewerDep, form: FormDep, runtime: RuntimeDep) -> R
         field = ".".join(str(p) for p in err.get("loc", ()))
         viewer.session.flash("error", f"{field}: {err['msg']}", "invalid_request")
         return RedirectResponse("/tokens", status_code=303)
-    with Session(runtime.engine, expire_on_commit=False) as db:
-        created = api_tokens_api.create(body, db, viewer.principal)
+    created = await tokens.create_api_token(runtime, viewer.principal, body)
     viewer.session.reveal[_NEW_API] = created.token
     viewer.session.flash("ok", f"API token {created.name!r} created.")
     return RedirectResponse("/tokens#new-api-token", status_code=303)
 
 
 @router.post("/tokens/api/{token_id}/revoke")
-def revoke_api_token(
+async def revoke_api_token(
     token_id: str, viewer: ViewerDep, _form: FormDep, runtime: RuntimeDep
 ) -> Response:
     viewer.require(Scope.TOKENS_WRITE)
-    with Session(runtime.engine, expire_on_commit=False) as db:
-        token = api_tokens_api.revoke(token_id, db, viewer.principal)
+    token = await tokens.revoke_api_token(runtime, viewer.principal, token_id)
     viewer.session.flash("ok", f"API token {token.name!r} ({token.prefix}…) revoked.")
     return RedirectResponse("/tokens", status_code=303)

@@ -12,59 +12,21 @@ Warnings are computed when read, from what the agents report and what the Consol
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel
 from sqlmodel import Session, col, select
 
+from console.auth import Principal
 from console.core.clock import utcnow
 from console.errors import BadRequestError, ConflictError, NotFoundError
 from console.models import Agent, Cluster, ClusterInventory, InstallToken
+from console.schemas import ClusterAgentView, ClusterCreate, ClusterPublic, ClusterWarning, Scope
+from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts import parse_duration
 from contracts.agent_types import AgentType
 from contracts.inventory import InventorySnapshot
 from contracts.slugs import is_dns_label, slugify
-
-
-class ClusterCreate(BaseModel):
-    name: str
-    slug: str | None = None
-
-
-class ClusterWarning(BaseModel):
-    kind: str
-    message: str
-
-
-class ClusterAgentView(BaseModel):
-    id: str
-    name: str
-    status_seen_at: datetime | None
-    leader: bool | None
-    reported_slug: str | None
-    sync_interval_seconds: float | None
-    version: str | None
-
-
-class ClusterPublic(BaseModel):
-    id: str
-    slug: str
-    name: str
-    environment_id: str
-    registered: bool
-    created_at: datetime
-    first_inventory_at: datetime | None
-    last_inventory_at: datetime | None
-    kubernetes_version: str | None
-    sync_interval_seconds: float | None
-    backend_sync_interval_seconds: float
-    counts: dict[str, int]
-    truncated: dict[str, Any]
-    errors: list[str]
-    agents: list[ClusterAgentView]
-    node_agents: int
-    warnings: list[ClusterWarning]
 
 
 def register(
@@ -143,6 +105,12 @@ def record_inventory(
     return cluster
 
 
+def record_inventories(session: Session, inventories: dict[str, InventorySnapshot]) -> None:
+    """A batch of assembled snapshots, keyed by the agent that sent each."""
+    for agent_id, snapshot in inventories.items():
+        record_inventory(session, agent_id=agent_id, snapshot=snapshot)
+
+
 def load(session: Session, environment_id: str, slug: str) -> Cluster:
     cluster = session.exec(
         select(Cluster).where(Cluster.environment_id == environment_id, Cluster.slug == slug)
@@ -152,36 +120,41 @@ def load(session: Session, environment_id: str, slug: str) -> Cluster:
     return cluster
 
 
-def public(session: Session, cluster: Cluster, *, backend_sync_interval: str) -> ClusterPublic:
-    backend_sync = parse_duration(backend_sync_interval)
-    token_ids = [
-        t.id
-        for t in session.exec(
+def linked_tokens(session: Session, cluster: Cluster) -> list[InstallToken]:
+    """The install tokens minted for this cluster."""
+    return list(
+        session.exec(
             select(InstallToken).where(
                 InstallToken.environment_id == cluster.environment_id,
                 InstallToken.cluster_slug == cluster.slug,
             )
         )
-    ]
-    collectors = session.exec(
-        select(Agent)
-        .where(
-            Agent.environment_id == cluster.environment_id,
-            Agent.agent_type == AgentType.K8S_CLUSTER_COLLECTOR.value,
-            (col(Agent.cluster_slug) == cluster.slug) | col(Agent.install_token_id).in_(token_ids),
-        )
-        .order_by(col(Agent.name))
-    ).all()
-    node_agents = len(
+    )
+
+
+def linked_agents(
+    session: Session, cluster: Cluster, token_ids: list[str], agent_type: AgentType
+) -> list[Agent]:
+    """Agents of a type that belong to the cluster: enrolled with one of its install tokens,
+    or reporting its slug."""
+    return list(
         session.exec(
-            select(Agent.id).where(
+            select(Agent)
+            .where(
                 Agent.environment_id == cluster.environment_id,
-                Agent.agent_type == AgentType.K8S_NODE_MONITOR.value,
+                Agent.agent_type == agent_type.value,
                 (col(Agent.cluster_slug) == cluster.slug)
                 | col(Agent.install_token_id).in_(token_ids),
             )
+            .order_by(col(Agent.name))
         ).all()
     )
+
+
+def _warnings(
+    cluster: Cluster, collectors: list[Agent], token_ids: list[str], backend_sync_interval: str
+) -> list[ClusterWarning]:
+    backend_sync = parse_duration(backend_sync_interval)
     warnings: list[ClusterWarning] = []
     for a in collectors:
         if (
@@ -223,6 +196,13 @@ def public(session: Session, cluster: Cluster, *, backend_sync_interval: str) ->
         )
     for err in cluster.errors:
         warnings.append(ClusterWarning(kind="inventory_errors", message=err))
+    return warnings
+
+
+def public(session: Session, cluster: Cluster, *, backend_sync_interval: str) -> ClusterPublic:
+    token_ids = [t.id for t in linked_tokens(session, cluster)]
+    collectors = linked_agents(session, cluster, token_ids, AgentType.K8S_CLUSTER_COLLECTOR)
+    node_agents = len(linked_agents(session, cluster, token_ids, AgentType.K8S_NODE_MONITOR))
     return ClusterPublic(
         id=cluster.id,
         slug=cluster.slug,
@@ -234,7 +214,6 @@ def public(session: Session, cluster: Cluster, *, backend_sync_interval: str) ->
         last_inventory_at=cluster.last_inventory_at,
         kubernetes_version=cluster.kubernetes_version,
         sync_interval_seconds=cluster.sync_interval_seconds,
-        backend_sync_interval_seconds=backend_sync,
         counts=cluster.counts,
         truncated=cluster.truncated,
         errors=cluster.errors,
@@ -251,5 +230,107 @@ def public(session: Session, cluster: Cluster, *, backend_sync_interval: str) ->
             for a in collectors
         ],
         node_agents=node_agents,
-        warnings=warnings,
+        warnings=_warnings(cluster, collectors, token_ids, backend_sync_interval),
+        backend_sync_interval_seconds=parse_duration(backend_sync_interval),
     )
+
+
+def collectors_seen_recently(
+    cluster: ClusterPublic, *, stale_seconds: float, now: datetime
+) -> dict[str, bool]:
+    """Per collector of the cluster's view: seen within the stale timeout (the cluster page's
+    online dot)."""
+    stale = timedelta(seconds=stale_seconds)
+    return {
+        a.id: a.status_seen_at is not None and now - a.status_seen_at <= stale
+        for a in cluster.agents
+    }
+
+
+def _present(rt: ServiceRuntime, session: Session, cluster: Cluster) -> ClusterPublic:
+    return public(session, cluster, backend_sync_interval=rt.settings.k8s_sync_interval)
+
+
+async def register_cluster(
+    rt: ServiceRuntime, principal: Principal, body: ClusterCreate
+) -> ClusterPublic:
+    """Record a cluster (slug derived from the name like the chart does, unless given)."""
+    principal.require(Scope.CLUSTERS_WRITE)
+
+    def work(uow: UnitOfWork) -> ClusterPublic:
+        cluster = register(
+            uow.session,
+            client_id=principal.client_id,
+            environment_id=principal.environment_id,
+            body=body,
+        )
+        uow.session.flush()
+        return _present(rt, uow.session, cluster)
+
+    return await rt.units.run(work, write=True)
+
+
+async def list_clusters(rt: ServiceRuntime, principal: Principal) -> list[ClusterPublic]:
+    principal.require(Scope.CLUSTERS_READ)
+
+    def work(uow: UnitOfWork) -> list[ClusterPublic]:
+        rows = uow.session.exec(
+            select(Cluster)
+            .where(
+                Cluster.environment_id == principal.environment_id,
+                Cluster.client_id == principal.client_id,
+            )
+            .order_by(col(Cluster.slug))
+        ).all()
+        return [_present(rt, uow.session, c) for c in rows]
+
+    return await rt.units.run(work)
+
+
+async def get_cluster(rt: ServiceRuntime, principal: Principal, slug: str) -> ClusterPublic:
+    principal.require(Scope.CLUSTERS_READ)
+    return await rt.units.run(
+        lambda uow: _present(rt, uow.session, load(uow.session, principal.environment_id, slug))
+    )
+
+
+async def inventory(
+    rt: ServiceRuntime,
+    principal: Principal,
+    slug: str,
+    *,
+    kind: str | None,
+    namespace: str | None,
+    limit: int,
+    offset: int,
+) -> dict[str, Any]:
+    """The latest snapshot: counts per kind, and objects (one kind at a time, paginated)."""
+    principal.require(Scope.CLUSTERS_READ)
+
+    def work(uow: UnitOfWork) -> tuple[Cluster, ClusterInventory | None]:
+        cluster = load(uow.session, principal.environment_id, slug)
+        return cluster, uow.session.get(ClusterInventory, cluster.id)
+
+    cluster, inv = await rt.units.run(work)
+    if inv is None:
+        return {"slug": slug, "collected_at": None, "counts": {}, "items": [], "total": 0}
+    body: dict[str, Any] = {
+        "slug": slug,
+        "collected_at": inv.collected_at,
+        "counts": cluster.counts,
+        "truncated": cluster.truncated,
+        "errors": cluster.errors,
+        "kinds": sorted(inv.objects),
+    }
+    if kind:
+        items = inv.objects.get(kind, [])
+        if namespace:
+            items = [o for o in items if o.get("namespace") == namespace]
+        body.update(
+            kind=kind,
+            total=len(items),
+            items=items[offset : offset + limit],
+            limit=limit,
+            offset=offset,
+        )
+    return body

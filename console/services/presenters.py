@@ -1,4 +1,5 @@
-"""Turning records into API shapes (status and flags are computed, never stored)."""
+"""Agent and token records turned into their API shapes (``console.schemas``); status and
+flags are computed here, never stored."""
 
 from __future__ import annotations
 
@@ -8,8 +9,22 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from console.core.clock import utcnow
-from console.models import Agent, AgentEvent, AgentEvidence, InstallToken, NatsRevocation
-from console.schemas import AgentDetail, AgentEventPublic, AgentPublic, InstallTokenPublic
+from console.models import (
+    Agent,
+    AgentEvent,
+    AgentEvidence,
+    ApiToken,
+    InstallToken,
+    NatsRevocation,
+)
+from console.schemas import (
+    AgentDetail,
+    AgentEventPublic,
+    AgentPublic,
+    ApiTokenPublic,
+    InstallTokenPublic,
+)
+from console.services.agent_records import is_online
 from contracts.vocabulary import AgentFlag, AgentStatus
 
 
@@ -18,10 +33,7 @@ def agent_status(agent: Agent, *, stale_seconds: float, now: datetime) -> AgentS
         return AgentStatus.REVOKED
     if agent.nats_public_key is None:
         return AgentStatus.RELEASED
-    if (
-        agent.last_seen_at is not None
-        and (now - agent.last_seen_at).total_seconds() <= stale_seconds
-    ):
+    if is_online(agent, stale_seconds=stale_seconds, now=now):
         return AgentStatus.ONLINE
     return AgentStatus.OFFLINE
 
@@ -173,4 +185,19 @@ def install_token_public(token: InstallToken, now: datetime | None = None) -> In
         revoked_at=token.revoked_at,
         last_used_at=token.last_used_at,
         state=install_token_state(token, now),
+    )
+
+
+def api_token_public(t: ApiToken) -> ApiTokenPublic:
+    return ApiTokenPublic(
+        id=t.id,
+        name=t.name,
+        prefix=t.prefix,
+        client_id=t.client_id,
+        environment_id=t.environment_id,
+        scopes=list(t.scopes),
+        created_at=t.created_at,
+        expires_at=t.expires_at,
+        revoked_at=t.revoked_at,
+        last_used_at=t.last_used_at,
     )

@@ -12,15 +12,17 @@ already holds that name, checked in this order:
 7. no presented signal matches  → 409 ``identity_mismatch``
 8. otherwise                    → re-bind (200)
 
-Functions take the session and leave the transaction to the caller, except where a conflict
-must be recorded even though the request fails.
+The rule functions take the session and leave the transaction to the unit of work, which also
+commits when a conflict must be recorded even though the request fails (``enroll_agent``).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
+from prometheus_client import Histogram
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -28,9 +30,31 @@ from console.core.clock import utcnow
 from console.core.secrets import evidence_hash, token_hash
 from console.core.signatures import SignatureError, verify
 from console.errors import BadRequestError, ConflictError, UnauthorizedError
-from console.models import Agent, AgentEvent, AgentEvidence, InstallToken, NatsRevocation
-from contracts.enrollment import EnrollRequest, IdentitySignals, enrollment_message
+from console.models import Agent, AgentEvidence, InstallToken
+from console.services.agent_records import add_event, record_evidence, revoke_key, seen_at
+from console.services.unit_of_work import ServiceRuntime, UnitOfWork
+from contracts.agent_types import AgentType
+from contracts.enrollment import (
+    EnrollRequest,
+    EnrollResponse,
+    IdentitySignals,
+    NatsCredentials,
+    NatsCredentialsRequest,
+    enrollment_message,
+    nats_credentials_message,
+)
 from contracts.vocabulary import ErrorReason
+
+ENROLL_DB_SECONDS = Histogram(
+    "proxima_enroll_db_seconds",
+    "Enrollment: the database transaction",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
+)
+ENROLL_APPLY_SECONDS = Histogram(
+    "proxima_enroll_nats_apply_seconds",
+    "Enrollment: waiting for NATS to enforce the new key",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,45 +107,6 @@ def _check_signature(req: EnrollRequest, now: datetime, skew_seconds: float) -> 
         ) from exc
 
 
-def record_evidence(
-    session: Session,
-    *,
-    agent_id: str,
-    signals: IdentitySignals,
-    source: str,
-    now: datetime,
-    new_record: bool = False,
-) -> int:
-    """Attach the presented identity signals to a record; returns how many were new."""
-    existing = (
-        {}
-        if new_record
-        else {
-            (e.kind, e.value_hash): e
-            for e in session.exec(select(AgentEvidence).where(AgentEvidence.agent_id == agent_id))
-        }
-    )
-    added = 0
-    for kind, value in signals.present().items():
-        h = evidence_hash(kind, value)
-        if (kind, h) in existing:
-            existing[(kind, h)].last_seen_at = now
-            session.add(existing[(kind, h)])
-        else:
-            session.add(
-                AgentEvidence(
-                    agent_id=agent_id,
-                    kind=kind,
-                    value_hash=h,
-                    source=source,
-                    first_seen_at=now,
-                    last_seen_at=now,
-                )
-            )
-            added += 1
-    return added
-
-
 def _evidence_matches(
     session: Session, agent_id: str, signals: IdentitySignals
 ) -> tuple[bool, bool]:
@@ -132,29 +117,6 @@ def _evidence_matches(
     held = {(r.kind, r.value_hash) for r in rows}
     presented = {(k, evidence_hash(k, v)) for k, v in signals.present().items()}
     return True, bool(held & presented)
-
-
-def revoke_key(
-    session: Session, *, agent_id: str, public_key: str, reason: str, now: datetime
-) -> None:
-    """Take a key away: its NATS JWTs are refused from now on (after the next reload)."""
-    if session.get(NatsRevocation, public_key) is None:
-        session.add(
-            NatsRevocation(
-                public_key=public_key,
-                agent_id=agent_id,
-                revoked_at=int(now.timestamp()),
-                reason=reason,
-            )
-        )
-
-
-def seen_at(agent: Agent) -> datetime:
-    return agent.last_seen_at or agent.enrolled_at
-
-
-def add_event(session: Session, agent_id: str, kind: str, message: str, **detail: object) -> None:
-    session.add(AgentEvent(agent_id=agent_id, kind=kind, message=message, detail=dict(detail)))
 
 
 class EnrollmentConflictError(ConflictError):
@@ -233,94 +195,99 @@ def enroll(
         return EnrollOutcome(agent=existing, created=False, rebound=False)
 
     if existing is None:
-        agent = Agent(
-            client_id=token.client_id,
-            environment_id=token.environment_id,
-            agent_type=req.agent_type.value,
-            name=req.name,
-            nats_public_key=req.public_key,
-            version=req.version,
-            instance_id=req.instance_id,
-            can_self_update=req.can_self_update,
-            labels=dict(req.labels),
-            install_token_id=token.id,
-            enrolled_at=now,
-            last_seen_at=now,
-        )
-        session.add(agent)
-        try:
-            session.flush()
-        except IntegrityError as exc:
-            session.rollback()
-            raise ConflictError(
-                ErrorReason.NAME_IN_USE.value,
-                f"{req.agent_type.value} {req.name!r} was enrolled by another request just now",
-            ) from exc
-        record_evidence(
-            session,
-            agent_id=agent.id,
-            signals=req.signals,
-            source="enrollment",
-            now=now,
-            new_record=True,
-        )
-        add_event(
-            session,
-            agent.id,
-            "enrolled",
-            f"enrolled as {req.agent_type.value} {req.name!r}",
-            version=req.version,
-            signals=sorted(req.signals.present()),
-        )
-        created, rebound = True, False
+        outcome = _create(session, req, token, now)
     else:
         conflict = _decide_conflict(session, existing, req, now, quiet_seconds)
         if conflict is not None:
             _record_conflict(session, existing, conflict, now)
             raise conflict
-        how = "released" if existing.nats_public_key is None else "quiet_with_evidence"
-        replaced = existing.nats_public_key
-        if replaced is not None:
-            revoke_key(
-                session, agent_id=existing.id, public_key=replaced, reason="rebound", now=now
-            )
-        existing.nats_public_key = req.public_key
-        existing.version = req.version
-        existing.instance_id = req.instance_id
-        existing.can_self_update = req.can_self_update
-        existing.labels = dict(req.labels) or existing.labels
-        existing.released_at = None
-        existing.last_seen_at = now
-        existing.last_conflict_at = None
-        existing.last_conflict_reason = None
-        existing.shared_identity_since = None
-        existing.version_flapping_since = None
-        existing.install_token_id = token.id
-        session.add(existing)
-        record_evidence(
-            session, agent_id=existing.id, signals=req.signals, source="enrollment", now=now
-        )
-        add_event(
-            session,
-            existing.id,
-            "rebound",
-            "re-bound onto its prior record"
-            + (" after release" if how == "released" else " (quiet, identity evidence matched)"),
-            how=how,
-            version=req.version,
-        )
-        agent, created, rebound = existing, False, True
-        token.uses += 1
-        token.last_used_at = now
-        session.add(token)
-        return EnrollOutcome(
-            agent=agent, created=created, rebound=rebound, revoked_key=replaced is not None
-        )
-
+        outcome = _rebind(session, existing, req, token, now)
     token.uses += 1
     token.last_used_at = now
     session.add(token)
-    return EnrollOutcome(agent=agent, created=created, rebound=rebound)
+    return outcome
+
+
+def _create(
+    session: Session, req: EnrollRequest, token: InstallToken, now: datetime
+) -> EnrollOutcome:
+    agent = Agent(
+        client_id=token.client_id,
+        environment_id=token.environment_id,
+        agent_type=req.agent_type.value,
+        name=req.name,
+        nats_public_key=req.public_key,
+        version=req.version,
+        instance_id=req.instance_id,
+        can_self_update=req.can_self_update,
+        labels=dict(req.labels),
+        install_token_id=token.id,
+        enrolled_at=now,
+        last_seen_at=now,
+    )
+    session.add(agent)
+    try:
+        session.flush()
+    except IntegrityError as exc:
+        session.rollback()
+        raise ConflictError(
+            ErrorReason.NAME_IN_USE.value,
+            f"{req.agent_type.value} {req.name!r} was enrolled by another request just now",
+        ) from exc
+    record_evidence(
+        session,
+        agent_id=agent.id,
+        signals=req.signals,
+        source="enrollment",
+        now=now,
+        new_record=True,
+    )
+    add_event(
+        session,
+        agent.id,
+        "enrolled",
+        f"enrolled as {req.agent_type.value} {req.name!r}",
+        version=req.version,
+        signals=sorted(req.signals.present()),
+    )
+    return EnrollOutcome(agent=agent, created=True, rebound=False)
+
+
+def _rebind(
+    session: Session, existing: Agent, req: EnrollRequest, token: InstallToken, now: datetime
+) -> EnrollOutcome:
+    how = "released" if existing.nats_public_key is None else "quiet_with_evidence"
+    replaced = existing.nats_public_key
+    if replaced is not None:
+        revoke_key(session, agent_id=existing.id, public_key=replaced, reason="rebound", now=now)
+    existing.nats_public_key = req.public_key
+    existing.version = req.version
+    existing.instance_id = req.instance_id
+    existing.can_self_update = req.can_self_update
+    existing.labels = dict(req.labels) or existing.labels
+    existing.released_at = None
+    existing.last_seen_at = now
+    existing.last_conflict_at = None
+    existing.last_conflict_reason = None
+    existing.shared_identity_since = None
+    existing.version_flapping_since = None
+    existing.install_token_id = token.id
+    session.add(existing)
+    record_evidence(
+        session, agent_id=existing.id, signals=req.signals, source="enrollment", now=now
+    )
+    add_event(
+        session,
+        existing.id,
+        "rebound",
+        "re-bound onto its prior record"
+        + (" after release" if how == "released" else " (quiet, identity evidence matched)"),
+        how=how,
+        version=req.version,
+    )
+    return EnrollOutcome(
+        agent=existing, created=False, rebound=True, revoked_key=replaced is not None
+    )
 
 
 _CONFLICT_STREAK_GAP = timedelta(minutes=5)
@@ -348,3 +315,82 @@ def _record_conflict(
 
 def find_by_public_key(session: Session, public_key: str) -> Agent | None:
     return session.exec(select(Agent).where(col(Agent.nats_public_key) == public_key)).first()
+
+
+async def enroll_agent(rt: ServiceRuntime, req: EnrollRequest) -> tuple[EnrollResponse, bool]:
+    """Enroll or re-bind; the answer and whether a new record was made. A re-bind that retired
+    the record's previous key returns once NATS refuses that key."""
+    settings = rt.settings
+    started = time.perf_counter()
+
+    def work(uow: UnitOfWork) -> EnrollOutcome:
+        outcome = enroll(
+            uow.session,
+            req=req,
+            quiet_seconds=settings.identity_quiet_seconds,
+            skew_seconds=settings.enroll_clock_skew_seconds,
+        )
+        uow.after_commit(_observe_db(started))
+        if outcome.revoked_key:
+            uow.after_commit(_timed_apply(rt))
+        return outcome
+
+    # A conflict is kept on the record holding the name even though the request fails.
+    outcome = await rt.units.run(work, write=True, commit_on=(EnrollmentConflictError,))
+    agent = outcome.agent
+    response = EnrollResponse(
+        agent_id=agent.id,
+        agent_type=AgentType(agent.agent_type),
+        name=agent.name,
+        client_id=agent.client_id,
+        environment_id=agent.environment_id,
+        nats_url=rt.agent_nats_url,
+        nats_jwt=rt.agent_jwt(agent.id, agent.nats_public_key or ""),
+        rebound=outcome.rebound,
+    )
+    return response, outcome.created
+
+
+def _observe_db(started: float):  # type: ignore[no-untyped-def]
+    async def observe() -> None:
+        ENROLL_DB_SECONDS.observe(time.perf_counter() - started)
+
+    return observe
+
+
+def _timed_apply(rt: ServiceRuntime):  # type: ignore[no-untyped-def]
+    async def apply() -> None:
+        with ENROLL_APPLY_SECONDS.time():
+            await rt.apply_identities()
+
+    return apply
+
+
+async def nats_credentials(
+    rt: ServiceRuntime, agent_id: str, body: NatsCredentialsRequest
+) -> NatsCredentials:
+    """A fresh NATS user JWT for the agent's current key, proven by a signature of that key."""
+    now = utcnow()
+    signed_at = body.signed_at if body.signed_at.tzinfo else body.signed_at.replace(tzinfo=UTC)
+    if abs((now - signed_at).total_seconds()) > rt.settings.enroll_clock_skew_seconds:
+        raise BadRequestError("stale_signature", "the request was signed too long ago")
+    message = nats_credentials_message(
+        agent_id=agent_id, public_key=body.public_key, signed_at=body.signed_at
+    )
+    try:
+        verify(body.public_key, message, body.signature)
+    except SignatureError as exc:
+        raise UnauthorizedError("bad_signature", f"signature does not verify: {exc.why}") from exc
+    agent = await rt.units.run(lambda uow: uow.session.get(Agent, agent_id))
+    if agent is None or agent.nats_public_key != body.public_key or agent.revoked_at is not None:
+        raise UnauthorizedError(
+            "not_current_key",
+            "this key is not the current key of a live identity (released, rotated away or "
+            "revoked)",
+        )
+    return NatsCredentials(
+        agent_id=agent_id,
+        public_key=body.public_key,
+        nats_url=rt.agent_nats_url,
+        nats_jwt=rt.agent_jwt(agent_id, body.public_key),
+    )

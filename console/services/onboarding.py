@@ -1,6 +1,8 @@
 """The onboarding checklist: enrollment, first heartbeat, first inventory sync of one cluster.
 
-The same gates the ``enrollment-check`` flow waits on, computed from the Console's records:
+The one definition of the onboarding gates, computed from the Console's records; the wizard's
+checklist and ``GET /api/v1/clusters/{slug}/onboarding`` (what ``enrollment-check`` reads) both
+call ``cluster_onboarding``:
 
 - **enrollment** — a ``k8s-cluster-collector`` enrolled with one of this cluster's install tokens
   (or reporting its slug);
@@ -15,40 +17,22 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
+from console.auth import Principal
 from console.core.clock import utcnow
 from console.models import Agent, Cluster, InstallToken
-from console.views import install_token_state
+from console.schemas import OnboardingCause as Cause
+from console.schemas import OnboardingCheck as Check
+from console.schemas import OnboardingStatus, Scope
+from console.services import clusters
+from console.services.presenters import install_token_state
+from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.agent_types import AgentType
 
-__all__ = ["Cause", "Check", "OnboardingStatus", "onboarding_status"]
+__all__ = ["cluster_onboarding", "onboarding_status"]
 
 LOGS = "kubectl -n proxima-system logs statefulset/proxima-agent-cluster-agent"
-
-
-class Cause(BaseModel):
-    issue: str
-    cause: str
-    fix: str
-
-
-class Check(BaseModel):
-    key: str
-    title: str
-    ok: bool
-    detail: str
-    causes: list[Cause]
-
-
-class OnboardingStatus(BaseModel):
-    slug: str
-    checks: list[Check]
-    done: bool
-    node_agents: int
-    nodes: int | None
-    tokens_usable: int
 
 
 def _seed_enrollment_causes(backend_url: str) -> list[Cause]:
@@ -81,35 +65,40 @@ def onboarding_status(
     now: datetime | None = None,
 ) -> OnboardingStatus:
     now = now or utcnow()
-    tokens = db.exec(
-        select(InstallToken).where(
-            InstallToken.environment_id == cluster.environment_id,
-            InstallToken.cluster_slug == cluster.slug,
-        )
-    ).all()
+    tokens = clusters.linked_tokens(db, cluster)
     token_ids = [t.id for t in tokens]
-    linked = (col(Agent.cluster_slug) == cluster.slug) | col(Agent.install_token_id).in_(token_ids)
-    collectors = db.exec(
-        select(Agent)
-        .where(
-            Agent.environment_id == cluster.environment_id,
-            Agent.agent_type == AgentType.K8S_CLUSTER_COLLECTOR.value,
-            linked,
-        )
-        .order_by(col(Agent.enrolled_at))
-    ).all()
-    node_agents = len(
-        db.exec(
-            select(Agent.id).where(
-                Agent.environment_id == cluster.environment_id,
-                Agent.agent_type == AgentType.K8S_NODE_MONITOR.value,
-                linked,
-            )
-        ).all()
+    collectors = sorted(
+        clusters.linked_agents(db, cluster, token_ids, AgentType.K8S_CLUSTER_COLLECTOR),
+        key=lambda a: a.enrolled_at,
     )
+    node_agents = len(clusters.linked_agents(db, cluster, token_ids, AgentType.K8S_NODE_MONITOR))
     usable = [t for t in tokens if install_token_state(t, now) == "active"]
 
-    # Enrollment.
+    beating = [a for a in collectors if a.last_heartbeat_at is not None]
+    enrollment = _enrollment(cluster, collectors, tokens, usable, node_agents, backend_url, now)
+    heartbeat = _heartbeat(collectors, beating, agent_nats_url, now)
+    inventory = _inventory(cluster, collectors, beating, backend_sync_interval)
+
+    checks = [enrollment, heartbeat, inventory]
+    return OnboardingStatus(
+        slug=cluster.slug,
+        checks=checks,
+        done=all(c.ok for c in checks),
+        node_agents=node_agents,
+        nodes=cluster.counts.get("nodes") if cluster.first_inventory_at else None,
+        tokens_usable=len(usable),
+    )
+
+
+def _enrollment(
+    cluster: Cluster,
+    collectors: list[Agent],
+    tokens: list[InstallToken],
+    usable: list[InstallToken],
+    node_agents: int,
+    backend_url: str,
+    now: datetime,
+) -> Check:
     if collectors:
         first = collectors[0]
         names = ", ".join(a.name for a in collectors)
@@ -151,9 +140,12 @@ def onboarding_status(
             detail="No k8s-cluster-collector has enrolled with this cluster's install token yet.",
             causes=causes,
         )
+    return enrollment
 
-    # First heartbeat.
-    beating = [a for a in collectors if a.last_heartbeat_at is not None]
+
+def _heartbeat(
+    collectors: list[Agent], beating: list[Agent], agent_nats_url: str, now: datetime
+) -> Check:
     if beating:
         latest = max(beating, key=lambda a: a.last_heartbeat_at or now)
         assert latest.last_heartbeat_at is not None
@@ -199,8 +191,12 @@ def onboarding_status(
             detail="Waits for the cluster agent to enroll.",
             causes=[],
         )
+    return heartbeat
 
-    # First inventory sync.
+
+def _inventory(
+    cluster: Cluster, collectors: list[Agent], beating: list[Agent], backend_sync_interval: str
+) -> Check:
     if cluster.first_inventory_at is not None:
         counts = ", ".join(f"{n} {kind}" for kind, n in sorted(cluster.counts.items()))
         inventory = Check(
@@ -254,13 +250,29 @@ def onboarding_status(
             detail="Waits for the first heartbeat.",
             causes=[],
         )
+    return inventory
 
-    checks = [enrollment, heartbeat, inventory]
-    return OnboardingStatus(
-        slug=cluster.slug,
-        checks=checks,
-        done=all(c.ok for c in checks),
-        node_agents=node_agents,
-        nodes=cluster.counts.get("nodes") if cluster.first_inventory_at else None,
-        tokens_usable=len(usable),
-    )
+
+async def cluster_onboarding(
+    rt: ServiceRuntime, principal: Principal, slug: str, *, backend_url: str
+) -> OnboardingStatus:
+    """The three gates of one cluster, their likely causes, and the cluster's warnings."""
+    principal.require(Scope.CLUSTERS_READ)
+    settings = rt.settings
+
+    def work(uow: UnitOfWork) -> OnboardingStatus:
+        cluster = clusters.load(uow.session, principal.environment_id, slug)
+        status = onboarding_status(
+            uow.session,
+            cluster,
+            backend_url=backend_url,
+            agent_nats_url=rt.agent_nats_url,
+            backend_sync_interval=settings.k8s_sync_interval,
+        )
+        public = clusters.public(
+            uow.session, cluster, backend_sync_interval=settings.k8s_sync_interval
+        )
+        status.warnings = public.warnings
+        return status
+
+    return await rt.units.run(work)

@@ -1,0 +1,94 @@
+"""Writes and reads every agent use case shares: loading a record for a principal, identity
+evidence, history events, retiring a NATS key, and whether an agent is online."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlmodel import Session, select
+
+from console.auth import Principal
+from console.core.secrets import evidence_hash
+from console.errors import NotFoundError
+from console.models import Agent, AgentEvent, AgentEvidence, NatsRevocation
+from contracts.enrollment import IdentitySignals
+
+
+def load_agent(session: Session, agent_id: str, principal: Principal, scope: str) -> Agent:
+    """The record, once the principal holds ``scope`` on its client and environment."""
+    agent = session.get(Agent, agent_id)
+    if agent is None:
+        raise NotFoundError("agent_not_found", f"agent {agent_id} not found")
+    principal.require_on(scope, client_id=agent.client_id, environment_id=agent.environment_id)
+    return agent
+
+
+def is_online(agent: Agent, *, stale_seconds: float, now: datetime) -> bool:
+    """The one definition of "online": holding an identity, seen within the stale timeout."""
+    return (
+        agent.nats_public_key is not None
+        and agent.last_seen_at is not None
+        and (now - agent.last_seen_at).total_seconds() <= stale_seconds
+    )
+
+
+def record_evidence(
+    session: Session,
+    *,
+    agent_id: str,
+    signals: IdentitySignals,
+    source: str,
+    now: datetime,
+    new_record: bool = False,
+) -> int:
+    """Attach the presented identity signals to a record; returns how many were new."""
+    existing = (
+        {}
+        if new_record
+        else {
+            (e.kind, e.value_hash): e
+            for e in session.exec(select(AgentEvidence).where(AgentEvidence.agent_id == agent_id))
+        }
+    )
+    added = 0
+    for kind, value in signals.present().items():
+        h = evidence_hash(kind, value)
+        if (kind, h) in existing:
+            existing[(kind, h)].last_seen_at = now
+            session.add(existing[(kind, h)])
+        else:
+            session.add(
+                AgentEvidence(
+                    agent_id=agent_id,
+                    kind=kind,
+                    value_hash=h,
+                    source=source,
+                    first_seen_at=now,
+                    last_seen_at=now,
+                )
+            )
+            added += 1
+    return added
+
+
+def revoke_key(
+    session: Session, *, agent_id: str, public_key: str, reason: str, now: datetime
+) -> None:
+    """Take a key away: its NATS JWTs are refused from now on (after the next reload)."""
+    if session.get(NatsRevocation, public_key) is None:
+        session.add(
+            NatsRevocation(
+                public_key=public_key,
+                agent_id=agent_id,
+                revoked_at=int(now.timestamp()),
+                reason=reason,
+            )
+        )
+
+
+def seen_at(agent: Agent) -> datetime:
+    return agent.last_seen_at or agent.enrolled_at
+
+
+def add_event(session: Session, agent_id: str, kind: str, message: str, **detail: object) -> None:
+    session.add(AgentEvent(agent_id=agent_id, kind=kind, message=message, detail=dict(detail)))

@@ -1,0 +1,198 @@
+"""Heartbeats, metrics and refused connections, written in batches by ``console.ingest``.
+
+Shared identity: every agent process sends a random ``instance_id``. A restart changes it once
+(A A A B B B); two live processes on one identity alternate (A B A B). An instance that comes
+back after another one has spoken, within two heartbeat intervals, flags the record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import bindparam, update
+from sqlmodel import Session
+
+from console.core.clock import utcnow
+from console.models import Agent, AgentEvent, NatsRevocation
+from contracts.messages import Heartbeat, HostMetrics
+
+
+@dataclass(slots=True)
+class _Seen:
+    last_instance: str | None = None
+    instances: dict[str, tuple[float, str]] = field(default_factory=dict)
+    shared: bool = False
+    flapping: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityChange:
+    agent_id: str
+    shared: bool
+    flapping: bool
+    instances: tuple[str, ...]
+    versions: tuple[str, ...]
+
+
+class InstanceTracker:
+    """Detects two live processes heartbeating as one identity (see module docstring)."""
+
+    def __init__(self, *, slack_seconds: float = 1.0) -> None:
+        self._seen: dict[str, _Seen] = {}
+        self._slack = slack_seconds
+
+    def observe(
+        self, agent_id: str, instance_id: str, version: str, interval: float, now: float
+    ) -> IdentityChange | None:
+        state = self._seen.setdefault(agent_id, _Seen())
+        window = 2 * max(interval, 0.05) + self._slack
+        for inst, (t, _v) in list(state.instances.items()):
+            if now - t > window:
+                del state.instances[inst]
+        alternated = (
+            state.last_instance is not None
+            and instance_id != state.last_instance
+            and instance_id in state.instances
+        )
+        state.instances[instance_id] = (now, version)
+        state.last_instance = instance_id
+        shared = state.shared
+        if alternated:
+            shared = True
+        elif len(state.instances) == 1:
+            shared = False
+        versions = tuple(sorted({v for _t, v in state.instances.values()}))
+        flapping = shared and len(versions) > 1
+        if shared != state.shared or flapping != state.flapping:
+            state.shared, state.flapping = shared, flapping
+            return IdentityChange(
+                agent_id, shared, flapping, tuple(sorted(state.instances)), versions
+            )
+        return None
+
+    def forget(self, agent_id: str) -> None:
+        self._seen.pop(agent_id, None)
+
+
+def record_heartbeats(
+    session: Session,
+    latest: dict[str, Heartbeat],
+    metrics: dict[str, HostMetrics],
+    changes: list[IdentityChange],
+) -> None:
+    """One UPDATE per agent for the batch's latest heartbeats and metrics; flags and events
+    for identities that started or stopped being shared."""
+    now: datetime = utcnow()
+    _update_heartbeats(session, latest, now)
+    _update_metrics(session, metrics)
+    _record_changes(session, changes, now)
+
+
+def _update_heartbeats(session: Session, latest: dict[str, Heartbeat], now: datetime) -> None:
+    table = Agent.__table__  # type: ignore[attr-defined]
+    if not latest:
+        return
+    rows = [
+        {
+            "b_id": agent_id,
+            "b_seen": now,
+            "b_version": hb.version,
+            "b_instance": hb.instance_id,
+            "b_uptime": hb.uptime_seconds,
+            "b_hb": hb.heartbeat_interval_seconds,
+            "b_metrics": hb.metrics_interval_seconds,
+            "b_sync": hb.sync_interval_seconds,
+            "b_self_update": hb.can_self_update,
+            "b_slug": hb.cluster_slug,
+            "b_leader": hb.leader,
+        }
+        for agent_id, hb in latest.items()
+    ]
+    stmt = (
+        update(table)
+        .where(table.c.id == bindparam("b_id"))
+        .where(table.c.revoked_at.is_(None))
+        .values(
+            last_seen_at=bindparam("b_seen"),
+            last_heartbeat_at=bindparam("b_seen"),
+            version=bindparam("b_version"),
+            instance_id=bindparam("b_instance"),
+            uptime_seconds=bindparam("b_uptime"),
+            heartbeat_interval_seconds=bindparam("b_hb"),
+            metrics_interval_seconds=bindparam("b_metrics"),
+            sync_interval_seconds=bindparam("b_sync"),
+            can_self_update=bindparam("b_self_update"),
+            cluster_slug=bindparam("b_slug"),
+            leader=bindparam("b_leader"),
+        )
+    )
+    session.connection().execute(stmt, rows)
+
+
+def _update_metrics(session: Session, metrics: dict[str, HostMetrics]) -> None:
+    table = Agent.__table__  # type: ignore[attr-defined]
+    if not metrics:
+        return
+    session.connection().execute(
+        update(table).where(table.c.id == bindparam("b_id")).values(last_metrics=bindparam("b_m")),
+        [
+            {"b_id": agent_id, "b_m": m.model_dump(mode="json", exclude={"agent_id"})}
+            for agent_id, m in metrics.items()
+        ],
+    )
+
+
+def _record_changes(session: Session, changes: list[IdentityChange], now: datetime) -> None:
+    for change in changes:
+        agent = session.get(Agent, change.agent_id)
+        if agent is None:
+            continue
+        if change.shared and agent.shared_identity_since is None:
+            agent.shared_identity_since = now
+            session.add(
+                AgentEvent(
+                    agent_id=agent.id,
+                    kind="shared_identity",
+                    message=f"{len(change.instances)} processes heartbeat as this identity",
+                    detail={
+                        "instances": list(change.instances),
+                        "versions": list(change.versions),
+                    },
+                )
+            )
+        elif not change.shared and agent.shared_identity_since is not None:
+            agent.shared_identity_since = None
+            session.add(
+                AgentEvent(
+                    agent_id=agent.id,
+                    kind="shared_identity_cleared",
+                    message="one process heartbeats as this identity again",
+                    detail={},
+                )
+            )
+        if change.flapping and agent.version_flapping_since is None:
+            agent.version_flapping_since = now
+            session.add(
+                AgentEvent(
+                    agent_id=agent.id,
+                    kind="version_flapping",
+                    message="reported version flaps between " + ", ".join(change.versions),
+                    detail={"versions": list(change.versions)},
+                )
+            )
+        elif not change.flapping:
+            agent.version_flapping_since = None
+        session.add(agent)
+
+
+def record_refused(session: Session, refused: dict[str, int]) -> None:
+    """Count connections the server refused for keys the Console took away."""
+    now = utcnow()
+    for public_key, count in refused.items():
+        row = session.get(NatsRevocation, public_key)
+        if row is None:
+            continue  # a stranger's key: nothing of ours
+        row.refused_attempts += count
+        row.last_refused_at = now
+        session.add(row)

@@ -1,0 +1,310 @@
+"""Release, revoke and credential rotation of agent identities.
+
+Each use case changes the record in one unit of work and, once that has committed, waits for
+NATS to enforce it (``apply_identities``): when the call returns, a retired key is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets as pysecrets
+from datetime import datetime, timedelta
+
+from sqlmodel import Session, select
+
+from console.auth import Principal
+from console.core.clock import utcnow
+from console.core.signatures import SignatureError, verify
+from console.errors import (
+    BadRequestError,
+    ConflictError,
+    GatewayTimeoutError,
+    NotFoundError,
+    UnauthorizedError,
+)
+from console.models import Agent, CredentialRotation
+from console.schemas import AgentPublic, RotationResult, Scope
+from console.services.agent_records import (
+    add_event,
+    is_online,
+    load_agent,
+    record_evidence,
+    revoke_key,
+    seen_at,
+)
+from console.services.presenters import agent_public
+from console.services.unit_of_work import ServiceRuntime, UnitOfWork
+from contracts.enrollment import RotationAccepted, RotationProof, rotation_message
+from contracts.messages import CommandKind
+from contracts.vocabulary import ErrorReason
+
+
+def release_identity(
+    session: Session, *, agent: Agent, quiet_seconds: float, actor: str, now: datetime | None = None
+) -> Agent:
+    """Free the record's name: clear its NATS identity so the next enrollment re-binds it."""
+    now = now or utcnow()
+    if agent.revoked_at is not None:
+        raise ConflictError(
+            ErrorReason.AGENT_REVOKED.value,
+            f"agent {agent.id} is revoked: a revoked identity is never released",
+            agent_id=agent.id,
+        )
+    quiet_for = (now - seen_at(agent)).total_seconds()
+    if agent.nats_public_key is not None and quiet_for <= quiet_seconds:
+        raise ConflictError(
+            ErrorReason.AGENT_RECENTLY_SEEN.value,
+            f"agent {agent.id} was seen {quiet_for:.0f} s ago, within the {quiet_seconds:g} s "
+            "quiet window: a live agent's name is never freed underneath it",
+            agent_id=agent.id,
+        )
+    if agent.nats_public_key is not None:
+        revoke_key(
+            session, agent_id=agent.id, public_key=agent.nats_public_key, reason="released", now=now
+        )
+        agent.nats_public_key = None
+        agent.released_at = now
+        agent.shared_identity_since = None
+        agent.version_flapping_since = None
+        session.add(agent)
+        add_event(session, agent.id, "released", f"identity released by {actor}", actor=actor)
+    return agent
+
+
+def revoke(session: Session, *, agent: Agent, actor: str, now: datetime | None = None) -> Agent:
+    now = now or utcnow()
+    if agent.revoked_at is None:
+        if agent.nats_public_key is not None:
+            revoke_key(
+                session,
+                agent_id=agent.id,
+                public_key=agent.nats_public_key,
+                reason="revoked",
+                now=now,
+            )
+        agent.revoked_at = now
+        session.add(agent)
+        add_event(session, agent.id, "revoked", f"revoked by {actor}", actor=actor)
+    return agent
+
+
+def start_rotation(
+    session: Session,
+    *,
+    agent: Agent,
+    stale_seconds: float,
+    timeout_seconds: float,
+    now: datetime | None = None,
+) -> CredentialRotation:
+    now = now or utcnow()
+    if agent.revoked_at is not None:
+        raise ConflictError("agent_revoked", f"agent {agent.id} is revoked", agent_id=agent.id)
+    if agent.nats_public_key is None:
+        raise ConflictError(
+            "agent_released",
+            f"agent {agent.id} holds no identity (released): nothing to rotate",
+            agent_id=agent.id,
+        )
+    if not is_online(agent, stale_seconds=stale_seconds, now=now):
+        raise ConflictError(
+            "agent_offline",
+            f"agent {agent.id} is offline: rotate-credentials needs the agent online holding "
+            "its identity (it cannot recover an agent whose state is gone; use release-identity)",
+            agent_id=agent.id,
+        )
+    rotation = CredentialRotation(
+        agent_id=agent.id,
+        nonce=pysecrets.token_urlsafe(24),
+        created_at=now,
+        expires_at=now + timedelta(seconds=timeout_seconds),
+    )
+    session.add(rotation)
+    return rotation
+
+
+def complete_rotation(
+    session: Session, *, agent_id: str, proof: RotationProof, now: datetime | None = None
+) -> Agent:
+    """Accept the agent's new key when the old key signed it and the new key proves itself."""
+    now = now or utcnow()
+    rotation = session.exec(
+        select(CredentialRotation).where(
+            CredentialRotation.nonce == proof.nonce, CredentialRotation.agent_id == agent_id
+        )
+    ).first()
+    if rotation is None or rotation.completed_at is not None:
+        raise UnauthorizedError("unknown_rotation", "no rotation in progress with this nonce")
+    if rotation.expires_at <= now:
+        raise UnauthorizedError("rotation_expired", "the rotation request has expired")
+    agent = session.get(Agent, agent_id)
+    if agent is None:
+        raise NotFoundError("agent_not_found", f"agent {agent_id} not found")
+    if agent.revoked_at is not None or agent.nats_public_key is None:
+        raise ConflictError("agent_not_rotatable", f"agent {agent_id} holds no live identity")
+    message = rotation_message(
+        agent_id=agent_id, nonce=proof.nonce, new_public_key=proof.new_public_key
+    )
+    try:
+        verify(agent.nats_public_key, message, proof.old_signature)
+    except SignatureError as exc:
+        raise UnauthorizedError(
+            "bad_signature", f"the current key did not sign the rotation: {exc.why}"
+        ) from exc
+    try:
+        verify(proof.new_public_key, message, proof.new_signature)
+    except SignatureError as exc:
+        raise BadRequestError(
+            "bad_signature", f"the new key did not sign the rotation: {exc.why}"
+        ) from exc
+    revoke_key(
+        session, agent_id=agent.id, public_key=agent.nats_public_key, reason="rotated", now=now
+    )
+    agent.nats_public_key = proof.new_public_key
+    agent.credentials_rotated_at = now
+    agent.last_seen_at = now
+    session.add(agent)
+    rotation.completed_at = now
+    rotation.new_public_key = proof.new_public_key
+    session.add(rotation)
+    record_evidence(
+        session, agent_id=agent.id, signals=proof.signals, source="credential_renewal", now=now
+    )
+    add_event(
+        session,
+        agent.id,
+        "credentials_rotated",
+        "credentials rotated; evidence renewed",
+        signals=sorted(proof.signals.present()),
+    )
+    return agent
+
+
+def _actor(principal: Principal) -> str:
+    return f"api token {principal.name!r}"
+
+
+async def release(
+    rt: ServiceRuntime, principal: Principal, agent_id: str, *, dry_run: bool = False
+) -> AgentPublic:
+    """Free the record's name so the next enrollment re-binds it (same id, links, history).
+
+    ``dry_run`` decides exactly as the real call (the same refusal, or the record as it would
+    be once released) and changes nothing."""
+    settings = rt.settings
+
+    def work(uow: UnitOfWork) -> AgentPublic:
+        agent = load_agent(uow.session, agent_id, principal, Scope.AGENTS_WRITE)
+        release_identity(
+            uow.session,
+            agent=agent,
+            quiet_seconds=settings.identity_quiet_seconds,
+            actor=_actor(principal),
+        )
+        answer = agent_public(agent, stale_seconds=settings.agent_stale_seconds)
+        if dry_run:
+            uow.session.rollback()
+        else:
+            uow.after_commit(rt.apply_identities)
+        return answer
+
+    return await rt.units.run(work, write=not dry_run)
+
+
+async def revoke_agent(rt: ServiceRuntime, principal: Principal, agent_id: str) -> AgentPublic:
+    """Revoke the identity: its live NATS connection is cut and it is never re-bound."""
+
+    def work(uow: UnitOfWork) -> AgentPublic:
+        agent = load_agent(uow.session, agent_id, principal, Scope.AGENTS_WRITE)
+        revoke(uow.session, agent=agent, actor=_actor(principal))
+        uow.after_commit(rt.apply_identities)
+        return agent_public(agent, stale_seconds=rt.settings.agent_stale_seconds)
+
+    return await rt.units.run(work, write=True)
+
+
+async def rotate_credentials(
+    rt: ServiceRuntime, principal: Principal, agent_id: str
+) -> RotationResult:
+    """Ask the online agent for a new key, signed by its current one; wait for it to land.
+
+    One unit of work records the rotation and, once committed, sends the command; then the
+    call waits for the agent's proof (``accept_rotation``), woken at once in this process and
+    polling for a proof accepted by another replica."""
+    settings = rt.settings
+    waiter = asyncio.Event()
+    nonce_box: list[str] = []
+
+    def begin(uow: UnitOfWork) -> None:
+        agent = load_agent(uow.session, agent_id, principal, Scope.AGENTS_WRITE)
+        rotation = start_rotation(
+            uow.session,
+            agent=agent,
+            stale_seconds=settings.agent_stale_seconds,
+            timeout_seconds=settings.rotation_timeout_seconds,
+        )
+        nonce_box.append(rotation.nonce)
+        rt.rotation_waiters[rotation.nonce] = waiter
+
+        async def send() -> None:
+            await rt.send_command(
+                agent_id, CommandKind.ROTATE_CREDENTIALS, {"nonce": rotation.nonce}
+            )
+
+        uow.after_commit(send)
+
+    try:
+        await rt.units.run(begin, write=True)
+        return await _await_rotation(rt, agent_id, nonce_box[0], waiter)
+    finally:
+        for nonce in nonce_box:
+            rt.rotation_waiters.pop(nonce, None)
+
+
+async def _await_rotation(
+    rt: ServiceRuntime, agent_id: str, nonce: str, waiter: asyncio.Event
+) -> RotationResult:
+    timeout = rt.settings.rotation_timeout_seconds
+
+    def done(uow: UnitOfWork) -> CredentialRotation | None:
+        row = uow.session.exec(
+            select(CredentialRotation).where(CredentialRotation.nonce == nonce)
+        ).first()
+        return row if row is not None and row.completed_at is not None else None
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        row = await rt.units.run(done)
+        if row is not None:
+            assert row.new_public_key and row.completed_at
+            return RotationResult(
+                agent_id=agent_id, public_key=row.new_public_key, rotated_at=row.completed_at
+            )
+        try:
+            await asyncio.wait_for(waiter.wait(), 0.5)
+        except TimeoutError:
+            pass
+    raise GatewayTimeoutError(
+        "rotation_timed_out",
+        f"agent {agent_id} did not present a new key within {timeout:g} s",
+        agent_id=agent_id,
+    )
+
+
+async def accept_rotation(
+    rt: ServiceRuntime, agent_id: str, proof: RotationProof
+) -> RotationAccepted:
+    """The agent's proof: the new key replaces the old one once NATS refuses the old one."""
+
+    def work(uow: UnitOfWork) -> str:
+        agent = complete_rotation(uow.session, agent_id=agent_id, proof=proof)
+        uow.after_commit(rt.apply_identities)
+        return agent.nats_public_key or ""
+
+    public_key = await rt.units.run(work, write=True)
+    waiter = rt.rotation_waiters.get(proof.nonce)
+    if waiter is not None:
+        waiter.set()
+    return RotationAccepted(
+        agent_id=agent_id, public_key=public_key, nats_jwt=rt.agent_jwt(agent_id, public_key)
+    )

@@ -1,0 +1,199 @@
+"""Tokens: install tokens (what agents enroll with) and API tokens (what people and flows
+authenticate with). A token is returned once, at creation; only its hash is stored."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlmodel import col, select
+
+from console.auth import Principal
+from console.core.clock import utcnow
+from console.core.secrets import (
+    API_TOKEN_PREFIX,
+    INSTALL_TOKEN_PREFIX,
+    display_prefix,
+    new_token,
+    token_hash,
+)
+from console.errors import ForbiddenError, NotFoundError
+from console.models import ApiToken, InstallToken
+from console.schemas import (
+    ApiTokenCreate,
+    ApiTokenCreated,
+    ApiTokenPublic,
+    InstallTokenCreate,
+    InstallTokenCreated,
+    InstallTokenPublic,
+    Scope,
+    Whoami,
+)
+from console.services import clusters
+from console.services.presenters import api_token_public, install_token_public
+from console.services.unit_of_work import ServiceRuntime, UnitOfWork
+
+
+def require_token_reader(principal: Principal) -> None:
+    """Listing tokens needs ``tokens:read`` or ``tokens:write``."""
+    if Scope.TOKENS_READ not in principal.scopes:
+        principal.require(Scope.TOKENS_WRITE)
+
+
+def whoami(principal: Principal) -> Whoami:
+    return Whoami(
+        token_id=principal.token_id,
+        client_id=principal.client_id,
+        environment_id=principal.environment_id,
+        scopes=sorted(principal.scopes),
+    )
+
+
+async def create_install_token(
+    rt: ServiceRuntime, principal: Principal, body: InstallTokenCreate
+) -> InstallTokenCreated:
+    """A token for the caller's environment; the answer is the only place it appears."""
+    principal.require(Scope.TOKENS_WRITE)
+    return await rt.units.run(lambda uow: _new_install_token(uow, principal, body), write=True)
+
+
+def _new_install_token(
+    uow: UnitOfWork, principal: Principal, body: InstallTokenCreate
+) -> InstallTokenCreated:
+    raw = new_token(INSTALL_TOKEN_PREFIX)
+    now = utcnow()
+    token = InstallToken(
+        client_id=principal.client_id,
+        environment_id=principal.environment_id,
+        name=body.name,
+        token_hash=token_hash(raw),
+        prefix=display_prefix(raw),
+        cluster_slug=body.cluster_slug,
+        created_at=now,
+        expires_at=now + timedelta(seconds=body.expires_in_seconds)
+        if body.expires_in_seconds
+        else None,
+        max_uses=body.max_uses,
+    )
+    uow.session.add(token)
+    uow.session.flush()
+    return InstallTokenCreated(**install_token_public(token).model_dump(), token=raw)
+
+
+async def create_cluster_install_token(
+    rt: ServiceRuntime, principal: Principal, slug: str
+) -> InstallTokenCreated:
+    """Another install token for a registered cluster (the first one is shown once)."""
+    principal.require(Scope.TOKENS_WRITE)
+
+    def work(uow: UnitOfWork) -> InstallTokenCreated:
+        cluster = clusters.load(uow.session, principal.environment_id, slug)
+        body = InstallTokenCreate(name=f"cluster {cluster.slug}", cluster_slug=cluster.slug)
+        return _new_install_token(uow, principal, body)
+
+    return await rt.units.run(work, write=True)
+
+
+async def list_install_tokens(rt: ServiceRuntime, principal: Principal) -> list[InstallTokenPublic]:
+    require_token_reader(principal)
+
+    def work(uow: UnitOfWork) -> list[InstallTokenPublic]:
+        rows = uow.session.exec(
+            select(InstallToken)
+            .where(
+                InstallToken.client_id == principal.client_id,
+                InstallToken.environment_id == principal.environment_id,
+            )
+            .order_by(col(InstallToken.created_at).desc())
+        ).all()
+        now = utcnow()
+        return [install_token_public(t, now) for t in rows]
+
+    return await rt.units.run(work)
+
+
+async def revoke_install_token(
+    rt: ServiceRuntime, principal: Principal, token_id: str
+) -> InstallTokenPublic:
+    def work(uow: UnitOfWork) -> InstallTokenPublic:
+        token = uow.session.get(InstallToken, token_id)
+        if token is None:
+            raise NotFoundError("install_token_not_found", f"install token {token_id} not found")
+        principal.require_on(
+            Scope.TOKENS_WRITE, client_id=token.client_id, environment_id=token.environment_id
+        )
+        if token.revoked_at is None:
+            token.revoked_at = utcnow()
+            uow.session.add(token)
+        return install_token_public(token)
+
+    return await rt.units.run(work, write=True)
+
+
+async def create_api_token(
+    rt: ServiceRuntime, principal: Principal, body: ApiTokenCreate
+) -> ApiTokenCreated:
+    """A new token for the same client and environment, with at most the caller's scopes."""
+    principal.require(Scope.TOKENS_WRITE)
+    wanted = {s.value for s in body.scopes}
+    if not wanted <= principal.scopes:
+        raise ForbiddenError(
+            "scope_escalation",
+            "cannot grant scopes this token does not hold: "
+            + ", ".join(sorted(wanted - principal.scopes)),
+        )
+
+    def work(uow: UnitOfWork) -> ApiTokenCreated:
+        raw = new_token(API_TOKEN_PREFIX)
+        now = utcnow()
+        token = ApiToken(
+            client_id=principal.client_id,
+            environment_id=principal.environment_id,
+            name=body.name,
+            token_hash=token_hash(raw),
+            prefix=display_prefix(raw),
+            scopes=sorted(wanted),
+            created_at=now,
+            expires_at=now + timedelta(seconds=body.expires_in_seconds)
+            if body.expires_in_seconds
+            else None,
+        )
+        uow.session.add(token)
+        uow.session.flush()
+        return ApiTokenCreated(**api_token_public(token).model_dump(), token=raw)
+
+    return await rt.units.run(work, write=True)
+
+
+async def list_api_tokens(rt: ServiceRuntime, principal: Principal) -> list[ApiTokenPublic]:
+    require_token_reader(principal)
+
+    def work(uow: UnitOfWork) -> list[ApiTokenPublic]:
+        rows = uow.session.exec(
+            select(ApiToken)
+            .where(
+                ApiToken.client_id == principal.client_id,
+                ApiToken.environment_id == principal.environment_id,
+            )
+            .order_by(col(ApiToken.created_at))
+        ).all()
+        return [api_token_public(t) for t in rows]
+
+    return await rt.units.run(work)
+
+
+async def revoke_api_token(
+    rt: ServiceRuntime, principal: Principal, token_id: str
+) -> ApiTokenPublic:
+    def work(uow: UnitOfWork) -> ApiTokenPublic:
+        token = uow.session.get(ApiToken, token_id)
+        if token is None:
+            raise NotFoundError("api_token_not_found", f"API token {token_id} not found")
+        principal.require_on(
+            Scope.TOKENS_WRITE, client_id=token.client_id, environment_id=token.environment_id
+        )
+        if token.revoked_at is None:
+            token.revoked_at = utcnow()
+            uow.session.add(token)
+        return api_token_public(token)
+
+    return await rt.units.run(work, write=True)

@@ -1,0 +1,77 @@
+"""What the Console publishes for the flows: its windows (GET /api/v1/settings), the onboarding
+gates of a cluster, and a dry run of release-identity that decides like the real call."""
+
+import httpx
+
+from testkit.console import QUIET_SECONDS, Identity
+from testkit.waiting import wait_for
+
+
+def _release(console, agent_id, token=None, dry_run=False):
+    with console.client(token) as c:
+        return c.post(
+            f"/api/v1/fleet/agents/{agent_id}/release-identity",
+            params={"dry_run": "true"} if dry_run else None,
+        )
+
+
+def test_settings_are_readable_with_any_valid_token(console):
+    narrow = console.api_token(["tokens:read"])
+    with console.client(narrow) as c:
+        r = c.get("/api/v1/settings")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["identity_quiet_seconds"] == QUIET_SECONDS
+    assert body["agent_stale_seconds"] == QUIET_SECONDS
+    assert body["k8s_sync_interval_seconds"] > 0
+    r = httpx.get(f"{console.url}/api/v1/settings")
+    assert (r.status_code, r.json()["reason"]) == (401, "missing_token")
+
+
+def test_release_dry_run_decides_like_the_real_call_and_changes_nothing(console):
+    token = console.install_token()
+    agent_id = Identity(name="d-1").enroll(console, token).json()["agent_id"]
+    reader = console.api_token(["agents:read"])
+    r = _release(console, agent_id, reader, dry_run=True)
+    assert (r.status_code, r.json()["reason"]) == (403, "missing_scope")
+    r = _release(console, agent_id, dry_run=True)
+    assert (r.status_code, r.json()["reason"]) == (409, "agent_recently_seen")
+    assert _release(console, agent_id).json()["reason"] == "agent_recently_seen"
+    wait_for(lambda: (console.agent(agent_id)["seconds_since_seen"] or 0) > QUIET_SECONDS + 0.2)
+    history = console.agent(agent_id)["history"]
+    r = _release(console, agent_id, dry_run=True)
+    assert r.status_code == 200, r.text
+    assert r.json()["status"] == "released"
+    after = console.agent(agent_id)
+    assert after["status"] == "offline"
+    assert after["history"] == history
+    r = _release(console, agent_id)
+    assert (r.status_code, r.json()["status"]) == (200, "released")
+    with console.client() as c:
+        c.post(f"/api/v1/fleet/agents/{agent_id}/revoke").raise_for_status()
+    r = _release(console, agent_id, dry_run=True)
+    assert (r.status_code, r.json()["reason"]) == (409, "agent_revoked")
+
+
+def test_onboarding_gates_are_served_for_a_cluster(console):
+    with console.client() as c:
+        c.post("/api/v1/clusters", json={"name": "Edge One"}).raise_for_status()
+        r = c.get("/api/v1/clusters/edge-one/onboarding")
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert [g["key"] for g in body["checks"]] == ["enrollment", "heartbeat", "inventory"]
+        assert [g["ok"] for g in body["checks"]] == [False, False, False]
+        assert body["done"] is False
+        assert body["checks"][0]["causes"], "a pending gate says why"
+        assert c.get("/api/v1/clusters/nope/onboarding").json()["reason"] == "cluster_not_found"
+    token = console.install_token(cluster_slug="edge-one")
+    Identity(name="edge-one-collector", agent_type="k8s-cluster-collector").enroll(
+        console, token
+    ).raise_for_status()
+    with console.client() as c:
+        checks = c.get("/api/v1/clusters/edge-one/onboarding").json()["checks"]
+    assert [g["ok"] for g in checks] == [True, False, False]
+    writer = console.api_token(["clusters:write"])
+    with console.client(writer) as c:
+        r = c.get("/api/v1/clusters/edge-one/onboarding")
+    assert (r.status_code, r.json()["reason"]) == (403, "missing_scope")

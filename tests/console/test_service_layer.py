@@ -1,0 +1,40 @@
+"""The Console's adapters stay thin: routes and pages call services, which own the sessions,
+the thread hops and the rules. A regression here is a use case creeping back into a route."""
+
+import re
+from pathlib import Path
+
+CONSOLE = Path(__file__).resolve().parents[2] / "console"
+ADAPTERS = sorted([*CONSOLE.glob("api/routes/*.py"), *CONSOLE.glob("web/routes/*.py")])
+
+
+def _calls(name: str) -> set[str]:
+    """The modules that call ``name`` (its definition is not a call)."""
+    pattern = re.compile(rf"(?<!def )\b{re.escape(name)}\(")
+    return {
+        str(p.relative_to(CONSOLE)) for p in CONSOLE.rglob("*.py") if pattern.search(p.read_text())
+    }
+
+
+def test_routes_and_pages_open_no_session_and_hop_no_thread():
+    assert ADAPTERS, "the route modules moved: update this test"
+    for path in ADAPTERS:
+        text = path.read_text()
+        for needle in ("Session(", "run_in_threadpool", "to_thread", "from console.models"):
+            assert needle not in text, f"{path.name}: {needle}"
+
+
+def test_the_onboarding_gates_have_one_implementation_used_by_the_wizard_and_the_api():
+    assert _calls("onboarding_status") == {"services/onboarding.py"}
+    assert {"api/routes/clusters.py", "web/routes/clusters.py"} <= _calls("cluster_onboarding")
+
+
+def test_online_has_one_definition():
+    assert {
+        "services/presenters.py",
+        "services/identities.py",
+        "services/rollouts/planning.py",
+    } <= _calls("is_online")
+    assert "last_seen_at).total_seconds() <= stale" not in "".join(
+        p.read_text() for p in CONSOLE.rglob("*.py") if p.name != "agent_records.py"
+    )
