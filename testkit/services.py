@@ -29,6 +29,7 @@ from console.auth import Principal
 from console.bootstrap import bootstrap
 from console.core.db import migrate
 from console.core.settings import ConsoleSettings
+from console.models import Agent
 from console.schemas import ALL_SCOPES, InstallTokenCreate
 from console.services import tokens
 from console.services.enrollment import enroll_agent
@@ -123,6 +124,12 @@ class EffectRecorder:
 
     def __init__(self) -> None:
         self.effects: list[Effect] = []
+        self.timeline: list[Effect | str] = []
+        """The effects interleaved with ``"commit"``: each time the database committed."""
+
+    def record(self, effect: Effect) -> None:
+        self.effects.append(effect)
+        self.timeline.append(effect)
 
     def of(self, kind: type[T]) -> list[T]:
         return [e for e in self.effects if isinstance(e, kind)]
@@ -133,6 +140,7 @@ class EffectRecorder:
 
     def clear(self) -> None:
         self.effects.clear()
+        self.timeline.clear()
 
 
 class RecordingPrefectApi:
@@ -145,11 +153,11 @@ class RecordingPrefectApi:
 
     async def start_deployment(self, name: str, parameters: dict[str, Any]) -> str:
         flow_run_id = f"flow-run-{len(self.recorder.of(FlowStarted)) + 1}"
-        self.recorder.effects.append(FlowStarted(name, dict(parameters), flow_run_id))
+        self.recorder.record(FlowStarted(name, dict(parameters), flow_run_id))
         return flow_run_id
 
     async def resume(self, flow_run_id: str, run_input: dict[str, Any]) -> bool:
-        self.recorder.effects.append(FlowResumed(flow_run_id, dict(run_input)))
+        self.recorder.record(FlowResumed(flow_run_id, dict(run_input)))
         return True
 
 
@@ -174,13 +182,13 @@ class InProcessRuntime:
         return f"jwt-of:{agent_id}:{public_key}"
 
     async def apply_identities(self) -> None:
-        self.recorder.effects.append(IdentitiesApplied())
+        self.recorder.record(IdentitiesApplied())
 
     async def send_commands(
         self, sends: list[tuple[str, str]], kind: CommandKind, args: dict[str, object]
     ) -> None:
         for agent_id, command_id in sends:
-            self.recorder.effects.append(CommandSent(agent_id, command_id, kind, dict(args)))
+            self.recorder.record(CommandSent(agent_id, command_id, kind, dict(args)))
 
     async def send_command(self, agent_id: str, kind: CommandKind, args: dict[str, object]) -> str:
         command_id = uuid.uuid4().hex
@@ -318,6 +326,31 @@ class InProcessConsole:
     ) -> tuple[EnrollResponse, bool]:
         return await enroll_agent(self.rt, key.request(install_token, self.clock.now, **over))
 
+    async def add_agents(self, count: int, prefix: str = "host", **fields: Any) -> dict[str, str]:
+        """``count`` online host records written directly (what enrollment would leave, minus
+        evidence and history: for tests of what comes after enrollment); name → id."""
+        now = self.clock.now
+
+        def work(uow: UnitOfWork) -> dict[str, str]:
+            made = {}
+            for i in range(count):
+                agent = Agent(
+                    client_id=self.principal.client_id,
+                    environment_id=self.principal.environment_id,
+                    agent_type=AgentType.HOST.value,
+                    name=f"{prefix}-{i:03d}",
+                    nats_public_key=AgentKey(f"{prefix}-{i:03d}").public_key,
+                    version="0.8.0",
+                    enrolled_at=now,
+                    last_seen_at=now,
+                    **fields,
+                )
+                uow.session.add(agent)
+                made[agent.name] = agent.id
+            return made
+
+        return await self.run(work, write=True)
+
     async def heartbeat(self, agent_id: str, **over: Any) -> None:
         """One heartbeat batch holding this agent's heartbeat, recorded at the clock's time."""
         fields: dict[str, Any] = {
@@ -370,6 +403,7 @@ def in_process_console(
     patch(planning, "PrefectApi", prefect)
     patch(lifecycle, "PrefectApi", prefect)
     engine = memory_engine(template)
+    event.listen(engine, "commit", lambda _conn: recorder.timeline.append("commit"))
     config: dict[str, Any] = {
         "data_dir": template.parent / "unused",
         "database_url": "sqlite://",
