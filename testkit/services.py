@@ -8,8 +8,11 @@ named in :class:`InProcessConsole`'s docstring.
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import sqlite3
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -51,7 +54,9 @@ __all__ = [
     "IdentitiesApplied",
     "InProcessConsole",
     "InProcessRuntime",
+    "in_process_console",
     "migrated_template",
+    "replace_everywhere",
 ]
 
 T = TypeVar("T")
@@ -208,7 +213,7 @@ def migrated_template(directory: Path) -> Path:
 
 
 def memory_engine(template: Path) -> Engine:
-    """``sqlite://`` on one shared connection (a ``StaticPool``), the template's schema copied in."""
+    """``sqlite://`` on one shared connection (a ``StaticPool``), the template's schema in it."""
     engine = create_engine(
         "sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False}
     )
@@ -368,9 +373,7 @@ class InProcessConsole:
             lambda uow: record_heartbeats(uow.session, {agent_id: heartbeat}, {}, []), write=True
         )
 
-    async def result(
-        self, command: CommandSent, status: CommandStatus, **detail: Any
-    ) -> list[str]:
+    async def result(self, command: CommandSent, status: CommandStatus, **detail: Any) -> list[str]:
         """The agent's result for a sent command, through the ingester's service; returns the
         rollouts it halted."""
         result = CommandResult(
@@ -385,6 +388,35 @@ class InProcessConsole:
         return await self.run(
             lambda uow: record_results(uow.session, [(command.agent_id, result)]), write=True
         )
+
+
+def load_product_modules() -> None:
+    """Import every module of ``console.services`` (so ``replace_everywhere`` sees them all)."""
+    import console.services
+
+    for info in pkgutil.walk_packages(console.services.__path__, "console.services."):
+        importlib.import_module(info.name)
+
+
+def replace_everywhere(
+    patch: Callable[[object, str, object], None],
+    original: object,
+    replacement: object,
+    packages: tuple[str, ...] = ("console", "fleet_policy", "flows"),
+) -> list[str]:
+    """Swap ``original`` for ``replacement`` wherever a loaded module of ``packages`` holds it
+    (its home and every ``from … import`` of it); returns where. ``patch`` is
+    ``monkeypatch.setattr``. A rule replaced so is seen to be the one its callers decide with."""
+    load_product_modules()
+    where = []
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith(packages):
+            continue
+        for attr, value in list(vars(module).items()):
+            if value is original:
+                patch(module, attr, replacement)
+                where.append(f"{name}.{attr}")
+    return where
 
 
 @contextmanager

@@ -93,9 +93,7 @@ async def test_the_dry_run_answers_as_the_release_would_and_changes_nothing(
     assert services.effects.effects == [], "and no effect ran"
     assert await status(services, agent_id) == AgentStatus.OFFLINE
     done = await release(services.rt, services.principal, agent_id)
-    assert done.model_dump(exclude={"released_at"}) == predicted.model_dump(
-        exclude={"released_at"}
-    )
+    assert done.model_dump(exclude={"released_at"}) == predicted.model_dump(exclude={"released_at"})
 
 
 async def test_releasing_a_released_record_again_is_harmless(services: InProcessConsole):

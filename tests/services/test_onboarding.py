@@ -16,9 +16,7 @@ async def register(services: InProcessConsole, name: str = "Prod EU") -> tuple[s
     cluster = await clusters.register_cluster(
         services.rt, services.principal, ClusterCreate(name=name)
     )
-    token = await tokens.create_cluster_install_token(
-        services.rt, services.principal, cluster.slug
-    )
+    token = await tokens.create_cluster_install_token(services.rt, services.principal, cluster.slug)
     return cluster.slug, token.token
 
 
@@ -88,7 +86,7 @@ async def test_node_agents_alone_do_not_pass_the_enrollment_gate(services: InPro
 
 
 async def test_a_spent_install_token_is_named_as_the_cause(services: InProcessConsole):
-    slug, token = await register(services)
+    slug, _ = await register(services)
     listed = await tokens.list_install_tokens(services.rt, services.principal)
     (mine,) = [t for t in listed if t.cluster_slug == slug]
     await tokens.revoke_install_token(services.rt, services.principal, mine.id)

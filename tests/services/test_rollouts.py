@@ -102,9 +102,7 @@ async def test_the_flow_is_started_only_once_the_rollout_has_committed(
     rollout = await create(services)
     started = services.effects.of(FlowStarted)
     assert started == [
-        FlowStarted(
-            services.settings.rollout_deployment, {"rollout_id": rollout.id}, "flow-run-1"
-        )
+        FlowStarted(services.settings.rollout_deployment, {"rollout_id": rollout.id}, "flow-run-1")
     ]
     timeline = services.effects.timeline
     assert "commit" in timeline[: timeline.index(started[0])]
@@ -200,9 +198,7 @@ async def test_a_failing_canary_stalls_the_rollout_and_later_waves_get_nothing(
 
 async def test_results_under_the_threshold_keep_it_running(services: InProcessConsole):
     await fleet(services, 20)
-    rollout = await create(
-        services, criteria=[CriterionSpec(threshold_percent=50, min_executed=2)]
-    )
+    rollout = await create(services, criteria=[CriterionSpec(threshold_percent=50, min_executed=2)])
     await start(services, rollout.id)
     await send(services, rollout.id, 0)
     (canary,) = services.effects.commands
@@ -242,5 +238,8 @@ async def test_an_operator_resume_resumes_the_paused_flow_run_after_commit(
     services.effects.clear()
     resumed = await lifecycle.transition(services.rt, services.principal, rollout.id, "resume")
     assert resumed.state == RolloutState.RUNNING
-    assert services.effects.timeline == ["commit", FlowResumed("flow-run-1", {"decision": "resume"})]
+    assert services.effects.timeline == [
+        "commit",
+        FlowResumed("flow-run-1", {"decision": "resume"}),
+    ]
     assert isinstance(canary, CommandSent)
