@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kubernetes.client
 import pytest
@@ -27,7 +27,9 @@ from testkit.k8s import MAX_PAYLOAD, NatsObserver
 from testkit.kube import KubeApiDouble
 from testkit.nats import NatsServer
 from testkit.postgres import PostgresUnavailableError, ThrowawayPostgres
-from testkit.services import InProcessConsole, in_process_console, migrated_template
+
+if TYPE_CHECKING:  # the Console's services load only for the tests that ask for them
+    from testkit.services import InProcessConsole
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
@@ -114,6 +116,8 @@ def flow_console(
 @pytest.fixture(scope="session")
 def console_schema(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SQLite file migrated once per run by the Console's Alembic migrations."""
+    from testkit.services import migrated_template
+
     return migrated_template(tmp_path_factory.mktemp("console-schema"))
 
 
@@ -128,6 +132,8 @@ def services(console_schema: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     codes or auth headers: services raise ``console.errors``), nor threads at once (one call at
     a time on one shared connection), the ingester's batching, the sweeper's timer or
     PostgreSQL: ``tests/console`` and ``tests/e2e`` do. See ``testkit.services``."""
+    from testkit.services import in_process_console
+
     with in_process_console(console_schema, monkeypatch.setattr) as console:
         yield console
 

@@ -410,7 +410,7 @@ def replace_everywhere(
     load_product_modules()
     where = []
     for name, module in list(sys.modules.items()):
-        if module is None or not name.startswith(packages):
+        if module is None or not any(name == p or name.startswith(p + ".") for p in packages):
             continue
         for attr, value in list(vars(module).items()):
             if value is original:

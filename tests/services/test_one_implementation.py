@@ -15,6 +15,7 @@ test passes, strict xfail turns that into a failure, and the mark is removed.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -52,7 +53,9 @@ NOT_REWIRED_CONSOLE = (
 )
 
 
+@functools.cache
 def sources(*roots: Path) -> dict[Path, ast.Module]:
+    """Every module under ``roots`` (migrations aside), parsed once per run."""
     found = {
         path: ast.parse(path.read_text(), str(path))
         for root in roots
