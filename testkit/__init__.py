@@ -13,6 +13,8 @@ Modules, each with one job:
 - ``fake_console`` — ``FakeConsole``: a tiny HTTP Console answering enrollment as told.
 - ``agent_state`` — keys and state files of an enrolled agent, made without enrolling.
 - ``runtime`` — the agent's runtime run in-process (settings, ``running``, commands).
+- ``services`` — the Console's services in-process (in-memory SQLite, a fake clock, after-commit
+  effects recorded): the ``services`` fixture of ``tests/services``.
 - ``builds`` — zipapp builds of the agent (good and broken) and an artifact server.
 - ``postgres``, ``rollouts``, ``swarm`` — a throwaway PostgreSQL, rollout creation, simulated
   agents.

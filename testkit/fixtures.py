@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kubernetes.client
 import pytest
@@ -27,6 +27,9 @@ from testkit.k8s import MAX_PAYLOAD, NatsObserver
 from testkit.kube import KubeApiDouble
 from testkit.nats import NatsServer
 from testkit.postgres import PostgresUnavailableError, ThrowawayPostgres
+
+if TYPE_CHECKING:  # the Console's services load only for the tests that ask for them
+    from testkit.services import InProcessConsole
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
@@ -105,6 +108,34 @@ def flow_console(
     monkeypatch.setenv("PROXIMA_CONSOLE_URL", console.url)
     monkeypatch.setenv("PROXIMA_CONSOLE_TOKEN", console.token)
     return console
+
+
+# -- the Console's services in-process -----------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def console_schema(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated once per run by the Console's Alembic migrations."""
+    from testkit.services import migrated_template
+
+    return migrated_template(tmp_path_factory.mktemp("console-schema"))
+
+
+@pytest.fixture
+def services(console_schema: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InProcessConsole]:
+    """The Console's services on a real ``ServiceRuntime`` in this process: in-memory SQLite
+    (``sqlite://``, a ``StaticPool``, the migrated schema copied in), a ``clock`` the test
+    advances instead of sleeping, and ``effects``: what ran after commit (identity changes,
+    command sends, Prefect start/resume), recorded instead of delivered.
+
+    It does NOT exercise NATS (no server, no JWTs, nothing delivered), HTTP (no routes, status
+    codes or auth headers: services raise ``console.errors``), nor threads at once (one call at
+    a time on one shared connection), the ingester's batching, the sweeper's timer or
+    PostgreSQL: ``tests/console`` and ``tests/e2e`` do. See ``testkit.services``."""
+    from testkit.services import in_process_console
+
+    with in_process_console(console_schema, monkeypatch.setattr) as console:
+        yield console
 
 
 # -- agents ---------------------------------------------------------------------------------------
