@@ -8,7 +8,7 @@ from typing import Annotated, Any, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from contracts.inventory import InventoryProblem
-from contracts.views import OnboardingStatus
+from contracts.views import OnboardingStatus, ReleaseDecision
 from contracts.vocabulary import AgentFlag, AgentStatus
 
 
@@ -135,6 +135,13 @@ class AgentDetail(AgentPublic):
     )
     history: list[AgentEventPublic]
     last_metrics: dict[str, Any] | None
+
+
+class ReleaseAnswer(AgentPublic, ReleaseDecision):
+    """``POST /api/v1/fleet/agents/{id}/release-identity[?dry_run=true]``: the record as it is
+    (or, in a dry run, would be) once released, and the decision as
+    ``contracts.views.ReleaseDecision`` reads it (``agent_id``, ``outcome``, ``message``,
+    ``dry_run``). A refusal is a 409 error body with its ``reason``, dry run or not."""
 
 
 class RotationResult(BaseModel):

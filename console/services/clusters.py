@@ -12,7 +12,7 @@ Warnings are computed when read, from what the agents report and what the Consol
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlmodel import Session, col, select
@@ -27,6 +27,7 @@ from contracts import parse_duration
 from contracts.agent_types import AgentType
 from contracts.inventory import InventoryProblem, InventorySnapshot
 from contracts.slugs import is_dns_label, slugify
+from fleet_policy.identities import is_online
 
 
 def register(
@@ -242,9 +243,11 @@ def collectors_seen_recently(
 ) -> dict[str, bool]:
     """Per collector of the cluster's view: seen within the stale timeout (the cluster page's
     online dot)."""
-    stale = timedelta(seconds=stale_seconds)
     return {
-        a.id: a.status_seen_at is not None and now - a.status_seen_at <= stale
+        a.id: is_online(
+            (now - a.status_seen_at).total_seconds() if a.status_seen_at else None,
+            stale_after_seconds=stale_seconds,
+        )
         for a in cluster.agents
     }
 
