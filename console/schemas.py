@@ -7,6 +7,8 @@ from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from contracts.inventory import InventoryProblem
+from contracts.views import OnboardingStatus, ReleaseDecision
 from contracts.vocabulary import AgentFlag, AgentStatus
 
 
@@ -135,6 +137,13 @@ class AgentDetail(AgentPublic):
     last_metrics: dict[str, Any] | None
 
 
+class ReleaseAnswer(AgentPublic, ReleaseDecision):
+    """``POST /api/v1/fleet/agents/{id}/release-identity[?dry_run=true]``: the record as it is
+    (or, in a dry run, would be) once released, and the decision as
+    ``contracts.views.ReleaseDecision`` reads it (``agent_id``, ``outcome``, ``message``,
+    ``dry_run``). A refusal is a 409 error body with its ``reason``, dry run or not."""
+
+
 class RotationResult(BaseModel):
     agent_id: str
     public_key: str
@@ -205,32 +214,19 @@ class ClusterPublic(BaseModel):
     counts: dict[str, int]
     truncated: dict[str, Any]
     errors: list[str]
+    inventory_problems: list[InventoryProblem] = Field(
+        default_factory=list,
+        description="the last sync's unreadable kinds as facts (errors is the same, as text)",
+    )
     agents: list[ClusterAgentView]
     node_agents: int
     warnings: list[ClusterWarning]
 
 
-class OnboardingCause(BaseModel):
-    issue: str
-    cause: str
-    fix: str
+class OnboardingChecklist(OnboardingStatus):
+    """``GET /api/v1/clusters/{slug}/onboarding``: the onboarding status
+    (``contracts.views.OnboardingStatus``) and the cluster's warnings, what the wizard shows."""
 
-
-class OnboardingCheck(BaseModel):
-    key: str
-    title: str
-    ok: bool
-    detail: str
-    causes: list[OnboardingCause]
-
-
-class OnboardingStatus(BaseModel):
-    slug: str
-    checks: list[OnboardingCheck]
-    done: bool
-    node_agents: int
-    nodes: int | None
-    tokens_usable: int
     warnings: list[ClusterWarning] = Field(
         default_factory=list, description="The cluster's warnings (see GET /api/v1/clusters/{slug})"
     )

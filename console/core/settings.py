@@ -8,6 +8,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from fleet_policy.identities import DEFAULT_QUIET_WINDOW_SECONDS, DEFAULT_STALE_AFTER_SECONDS
+
 
 class ConsoleSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PROXIMA_", extra="ignore")
@@ -58,12 +60,13 @@ class ConsoleSettings(BaseSettings):
     nats_max_payload: int = Field(default=1024 * 1024, description="Embedded NATS max_payload.")
 
     identity_quiet_seconds: float = Field(
-        default=300.0,
+        default=DEFAULT_QUIET_WINDOW_SECONDS,
         description="A record must be this long without a heartbeat before enrollment re-binds "
         "it or release-identity frees it.",
     )
     agent_stale_seconds: float = Field(
-        default=90.0, description="An agent with no heartbeat for this long shows as offline."
+        default=DEFAULT_STALE_AFTER_SECONDS,
+        description="An agent with no heartbeat for this long shows as offline.",
     )
     enroll_clock_skew_seconds: float = Field(
         default=300.0, description="Accepted age of an enrollment signature."

@@ -12,6 +12,8 @@ from console.core.secrets import evidence_hash
 from console.errors import NotFoundError
 from console.models import Agent, AgentEvent, AgentEvidence, NatsRevocation
 from contracts.enrollment import IdentitySignals
+from contracts.vocabulary import AgentStatus
+from fleet_policy import identities
 
 
 def load_agent(session: Session, agent_id: str, principal: Principal, scope: str) -> Agent:
@@ -23,12 +25,28 @@ def load_agent(session: Session, agent_id: str, principal: Principal, scope: str
     return agent
 
 
+def seconds_since_seen(agent: Agent, now: datetime) -> float | None:
+    """Age of the record's last heartbeat (or enrollment); None when it never showed a sign."""
+    return (now - agent.last_seen_at).total_seconds() if agent.last_seen_at else None
+
+
 def is_online(agent: Agent, *, stale_seconds: float, now: datetime) -> bool:
-    """The one definition of "online": holding an identity, seen within the stale timeout."""
-    return (
-        agent.nats_public_key is not None
-        and agent.last_seen_at is not None
-        and (now - agent.last_seen_at).total_seconds() <= stale_seconds
+    """``fleet_policy.identities.is_online`` for a record (the one definition of "online")."""
+    return identities.is_online(
+        seconds_since_seen(agent, now),
+        stale_after_seconds=stale_seconds,
+        revoked=agent.revoked_at is not None,
+        holds_identity=agent.nats_public_key is not None,
+    )
+
+
+def status(agent: Agent, *, stale_seconds: float, now: datetime) -> AgentStatus:
+    """``fleet_policy.identities.agent_status`` for a record."""
+    return identities.agent_status(
+        seconds_since_seen(agent, now),
+        stale_after_seconds=stale_seconds,
+        revoked=agent.revoked_at is not None,
+        holds_identity=agent.nats_public_key is not None,
     )
 
 

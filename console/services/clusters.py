@@ -12,7 +12,7 @@ Warnings are computed when read, from what the agents report and what the Consol
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlmodel import Session, col, select
@@ -25,8 +25,9 @@ from console.schemas import ClusterAgentView, ClusterCreate, ClusterPublic, Clus
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts import parse_duration
 from contracts.agent_types import AgentType
-from contracts.inventory import InventorySnapshot
+from contracts.inventory import InventoryProblem, InventorySnapshot
 from contracts.slugs import is_dns_label, slugify
+from fleet_policy.identities import is_online
 
 
 def register(
@@ -89,6 +90,7 @@ def record_inventory(
     cluster.counts = dict(snapshot.counts)
     cluster.truncated = dict(snapshot.truncated)
     cluster.errors = list(snapshot.errors)
+    cluster.inventory_problems = [p.model_dump(mode="json") for p in snapshot.problems or []]
     session.add(cluster)
     inventory = session.get(ClusterInventory, cluster.id)
     objects = {k: [o.model_dump() for o in v] for k, v in snapshot.objects.items()}
@@ -217,6 +219,7 @@ def public(session: Session, cluster: Cluster, *, backend_sync_interval: str) ->
         counts=cluster.counts,
         truncated=cluster.truncated,
         errors=cluster.errors,
+        inventory_problems=[InventoryProblem.model_validate(p) for p in cluster.inventory_problems],
         agents=[
             ClusterAgentView(
                 id=a.id,
@@ -240,9 +243,11 @@ def collectors_seen_recently(
 ) -> dict[str, bool]:
     """Per collector of the cluster's view: seen within the stale timeout (the cluster page's
     online dot)."""
-    stale = timedelta(seconds=stale_seconds)
     return {
-        a.id: a.status_seen_at is not None and now - a.status_seen_at <= stale
+        a.id: is_online(
+            (now - a.status_seen_at).total_seconds() if a.status_seen_at else None,
+            stale_after_seconds=stale_seconds,
+        )
         for a in cluster.agents
     }
 
@@ -320,6 +325,7 @@ async def inventory(
         "counts": cluster.counts,
         "truncated": cluster.truncated,
         "errors": cluster.errors,
+        "inventory_problems": cluster.inventory_problems,
         "kinds": sorted(inv.objects),
     }
     if kind:

@@ -1,16 +1,9 @@
 """Enrollment and re-bind: the identity rules of the seed, made exact.
 
 An enrollment names (environment, agent_type, name). What happens depends on the record that
-already holds that name, checked in this order:
-
-1. none                         → a new record (201)
-2. same public key              → the same record again; a retried request is harmless (200)
-3. revoked                      → 409 ``agent_revoked``
-4. released (no NATS identity)  → re-bind: same id, links and history (200)
-5. seen within the quiet window → 409 ``name_in_use`` (a second live process, not a comeback)
-6. no identity evidence         → 409 ``no_identity_evidence``
-7. no presented signal matches  → 409 ``identity_mismatch``
-8. otherwise                    → re-bind (200)
+already holds that name; the rules are ``fleet_policy.identities.decide_enrollment`` (one home):
+here they become HTTP answers — create 201, the same identity again or a re-bind 200 (same id,
+links and history), a refusal 409 with its ``ErrorReason``.
 
 The rule functions take the session and leave the transaction to the unit of work, which also
 commits when a conflict must be recorded even though the request fails (``enroll_agent``).
@@ -37,13 +30,20 @@ from contracts.agent_types import AgentType
 from contracts.enrollment import (
     EnrollRequest,
     EnrollResponse,
-    IdentitySignals,
     NatsCredentials,
     NatsCredentialsRequest,
     enrollment_message,
     nats_credentials_message,
 )
 from contracts.vocabulary import ErrorReason
+from fleet_policy import AgentId
+from fleet_policy.identities import (
+    EnrollmentAction,
+    EnrollmentClaim,
+    HeldRecord,
+    RebindHow,
+    decide_enrollment,
+)
 
 ENROLL_DB_SECONDS = Histogram(
     "proxima_enroll_db_seconds",
@@ -107,63 +107,52 @@ def _check_signature(req: EnrollRequest, now: datetime, skew_seconds: float) -> 
         ) from exc
 
 
-def _evidence_matches(
-    session: Session, agent_id: str, signals: IdentitySignals
-) -> tuple[bool, bool]:
-    """(record has evidence, a presented signal matches it)."""
-    rows = session.exec(select(AgentEvidence).where(AgentEvidence.agent_id == agent_id)).all()
-    if not rows:
-        return False, False
-    held = {(r.kind, r.value_hash) for r in rows}
-    presented = {(k, evidence_hash(k, v)) for k, v in signals.present().items()}
-    return True, bool(held & presented)
+def _held(session: Session, agent: Agent, now: datetime) -> HeldRecord:
+    """The record holding the name, as the identity rules see it."""
+    rows = session.exec(select(AgentEvidence).where(AgentEvidence.agent_id == agent.id)).all()
+    return HeldRecord(
+        agent_id=AgentId(agent.id),
+        public_key=agent.nats_public_key,
+        revoked=agent.revoked_at is not None,
+        seconds_since_seen=(now - seen_at(agent)).total_seconds(),
+        evidence=frozenset((r.kind, r.value_hash) for r in rows),
+    )
+
+
+def _claim(req: EnrollRequest) -> EnrollmentClaim:
+    return EnrollmentClaim(
+        public_key=req.public_key,
+        signals=frozenset((k, evidence_hash(k, v)) for k, v in req.signals.present().items()),
+    )
 
 
 class EnrollmentConflictError(ConflictError):
     """409, carrying the record that holds the name so the caller can record the clash."""
 
     def __init__(self, reason: ErrorReason, message: str, *, agent_id: str) -> None:
-        super().__init__(reason.value, message, agent_id=agent_id)
+        super().__init__(reason, message, agent_id=agent_id)
         self.conflict_reason = reason
 
 
-def _decide_conflict(
-    session: Session, agent: Agent, req: EnrollRequest, now: datetime, quiet_seconds: float
-) -> EnrollmentConflictError | None:
-    """None when the request may re-bind ``agent``; the 409 to answer otherwise."""
+def _refusal(
+    reason: ErrorReason, agent: Agent, held: HeldRecord, quiet_seconds: float
+) -> EnrollmentConflictError:
+    """The 409 for a refusal ``decide_enrollment`` made, with words for the operator."""
     label = f"{agent.agent_type} {agent.name!r}"
-    if agent.revoked_at is not None:
-        return EnrollmentConflictError(
-            ErrorReason.AGENT_REVOKED,
-            f"{label} is held by revoked agent {agent.id}; a revoked identity is never re-bound",
-            agent_id=agent.id,
-        )
-    if agent.nats_public_key is None:
-        return None
-    quiet_for = (now - seen_at(agent)).total_seconds()
-    if quiet_for <= quiet_seconds:
-        return EnrollmentConflictError(
-            ErrorReason.NAME_IN_USE,
-            f"{label} is held by agent {agent.id}, seen {quiet_for:.0f} s ago (within the "
-            f"{quiet_seconds:g} s quiet window): another live process holds this identity",
-            agent_id=agent.id,
-        )
-    has_evidence, matches = _evidence_matches(session, agent.id, req.signals)
-    if not has_evidence:
-        return EnrollmentConflictError(
-            ErrorReason.NO_IDENTITY_EVIDENCE,
-            f"{label} is held by agent {agent.id}, which carries no identity evidence to match: "
-            "free it with POST /api/v1/fleet/agents/{agentID}/release-identity",
-            agent_id=agent.id,
-        )
-    if not matches:
-        return EnrollmentConflictError(
-            ErrorReason.IDENTITY_MISMATCH,
-            f"{label} is held by agent {agent.id}; this machine presents no identity signal "
-            "(machine-id, DMI product uuid) the record carries",
-            agent_id=agent.id,
-        )
-    return None
+    quiet_for = held.seconds_since_seen or 0.0
+    message = {
+        ErrorReason.AGENT_REVOKED: f"{label} is held by revoked agent {agent.id}; a revoked "
+        "identity is never re-bound",
+        ErrorReason.NAME_IN_USE: f"{label} is held by agent {agent.id}, seen {quiet_for:.0f} s "
+        f"ago (within the {quiet_seconds:g} s quiet window): another live process holds this "
+        "identity",
+        ErrorReason.NO_IDENTITY_EVIDENCE: f"{label} is held by agent {agent.id}, which carries "
+        "no identity evidence to match: free it with "
+        "POST /api/v1/fleet/agents/{agentID}/release-identity",
+        ErrorReason.IDENTITY_MISMATCH: f"{label} is held by agent {agent.id}; this machine "
+        "presents no identity signal (machine-id, DMI product uuid) the record carries",
+    }.get(reason, f"{label} is held by agent {agent.id}")
+    return EnrollmentConflictError(reason, message, agent_id=agent.id)
 
 
 def enroll(
@@ -187,21 +176,22 @@ def enroll(
         .with_for_update()
     ).first()
 
-    if (
-        existing is not None
-        and existing.nats_public_key == req.public_key
-        and existing.revoked_at is None
-    ):
-        return EnrollOutcome(agent=existing, created=False, rebound=False)
-
-    if existing is None:
-        outcome = _create(session, req, token, now)
-    else:
-        conflict = _decide_conflict(session, existing, req, now, quiet_seconds)
-        if conflict is not None:
+    held = None if existing is None else _held(session, existing, now)
+    decision = decide_enrollment(held, _claim(req), quiet_window_seconds=quiet_seconds)
+    match decision.action:
+        case EnrollmentAction.SAME_IDENTITY:
+            assert existing is not None
+            return EnrollOutcome(agent=existing, created=False, rebound=False)
+        case EnrollmentAction.CREATE:
+            outcome = _create(session, req, token, now)
+        case EnrollmentAction.REFUSE:
+            assert existing is not None and held is not None and decision.refusal is not None
+            conflict = _refusal(decision.refusal, existing, held, quiet_seconds)
             _record_conflict(session, existing, conflict, now)
             raise conflict
-        outcome = _rebind(session, existing, req, token, now)
+        case EnrollmentAction.REBIND:
+            assert existing is not None and decision.how is not None
+            outcome = _rebind(session, existing, req, token, now, decision.how)
     token.uses += 1
     token.last_used_at = now
     session.add(token)
@@ -254,9 +244,13 @@ def _create(
 
 
 def _rebind(
-    session: Session, existing: Agent, req: EnrollRequest, token: InstallToken, now: datetime
+    session: Session,
+    existing: Agent,
+    req: EnrollRequest,
+    token: InstallToken,
+    now: datetime,
+    how: RebindHow,
 ) -> EnrollOutcome:
-    how = "released" if existing.nats_public_key is None else "quiet_with_evidence"
     replaced = existing.nats_public_key
     if replaced is not None:
         revoke_key(session, agent_id=existing.id, public_key=replaced, reason="rebound", now=now)
@@ -264,6 +258,7 @@ def _rebind(
     existing.version = req.version
     existing.instance_id = req.instance_id
     existing.can_self_update = req.can_self_update
+    existing.self_update_blocker = None  # known again from the next heartbeat
     existing.labels = dict(req.labels) or existing.labels
     existing.released_at = None
     existing.last_seen_at = now
@@ -281,8 +276,10 @@ def _rebind(
         existing.id,
         "rebound",
         "re-bound onto its prior record"
-        + (" after release" if how == "released" else " (quiet, identity evidence matched)"),
-        how=how,
+        + (
+            " after release" if how is RebindHow.RELEASED else " (quiet, identity evidence matched)"
+        ),
+        how=how.value,
         version=req.version,
     )
     return EnrollOutcome(

@@ -23,7 +23,7 @@ from console.errors import (
     UnauthorizedError,
 )
 from console.models import Agent, CredentialRotation
-from console.schemas import AgentPublic, RotationResult, Scope
+from console.schemas import AgentPublic, ReleaseAnswer, RotationResult, Scope
 from console.services.agent_records import (
     add_event,
     is_online,
@@ -36,39 +36,56 @@ from console.services.presenters import agent_public
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.enrollment import RotationAccepted, RotationProof, rotation_message
 from contracts.messages import CommandKind
-from contracts.vocabulary import ErrorReason
+from contracts.vocabulary import ErrorReason, ReleaseOutcome
+from fleet_policy import AgentId
+from fleet_policy.identities import HeldRecord, decide_release
+
+
+def _held(agent: Agent, now: datetime) -> HeldRecord:
+    return HeldRecord(
+        agent_id=AgentId(agent.id),
+        public_key=agent.nats_public_key,
+        revoked=agent.revoked_at is not None,
+        seconds_since_seen=(now - seen_at(agent)).total_seconds(),
+    )
+
+
+_REFUSED = {
+    ErrorReason.AGENT_REVOKED: "agent {id} is revoked: a revoked identity is never released",
+    ErrorReason.AGENT_RECENTLY_SEEN: "agent {id} was seen {quiet_for:.0f} s ago, within the "
+    "{quiet:g} s quiet window: a live agent's name is never freed underneath it",
+}
 
 
 def release_identity(
     session: Session, *, agent: Agent, quiet_seconds: float, actor: str, now: datetime | None = None
-) -> Agent:
-    """Free the record's name: clear its NATS identity so the next enrollment re-binds it."""
+) -> ReleaseOutcome:
+    """Free the record's name (``fleet_policy.identities.decide_release`` decides): clear its
+    NATS identity so the next enrollment re-binds it. Returns ``released`` or
+    ``already_released``; a refusal is a 409 with its reason."""
     now = now or utcnow()
-    if agent.revoked_at is not None:
+    held = _held(agent, now)
+    decision = decide_release(held, quiet_window_seconds=quiet_seconds)
+    if decision.refusal is not None:
+        template = _REFUSED.get(decision.refusal, "agent {id}: release refused")
         raise ConflictError(
-            ErrorReason.AGENT_REVOKED.value,
-            f"agent {agent.id} is revoked: a revoked identity is never released",
+            decision.refusal,
+            template.format(id=agent.id, quiet_for=held.seconds_since_seen, quiet=quiet_seconds),
             agent_id=agent.id,
         )
-    quiet_for = (now - seen_at(agent)).total_seconds()
-    if agent.nats_public_key is not None and quiet_for <= quiet_seconds:
-        raise ConflictError(
-            ErrorReason.AGENT_RECENTLY_SEEN.value,
-            f"agent {agent.id} was seen {quiet_for:.0f} s ago, within the {quiet_seconds:g} s "
-            "quiet window: a live agent's name is never freed underneath it",
-            agent_id=agent.id,
-        )
-    if agent.nats_public_key is not None:
-        revoke_key(
-            session, agent_id=agent.id, public_key=agent.nats_public_key, reason="released", now=now
-        )
-        agent.nats_public_key = None
-        agent.released_at = now
-        agent.shared_identity_since = None
-        agent.version_flapping_since = None
-        session.add(agent)
-        add_event(session, agent.id, "released", f"identity released by {actor}", actor=actor)
-    return agent
+    if not decision.releases:
+        return ReleaseOutcome.ALREADY_RELEASED
+    assert agent.nats_public_key is not None
+    revoke_key(
+        session, agent_id=agent.id, public_key=agent.nats_public_key, reason="released", now=now
+    )
+    agent.nats_public_key = None
+    agent.released_at = now
+    agent.shared_identity_since = None
+    agent.version_flapping_since = None
+    session.add(agent)
+    add_event(session, agent.id, "released", f"identity released by {actor}", actor=actor)
+    return ReleaseOutcome.RELEASED
 
 
 def revoke(session: Session, *, agent: Agent, actor: str, now: datetime | None = None) -> Agent:
@@ -185,22 +202,31 @@ def _actor(principal: Principal) -> str:
 
 async def release(
     rt: ServiceRuntime, principal: Principal, agent_id: str, *, dry_run: bool = False
-) -> AgentPublic:
+) -> ReleaseAnswer:
     """Free the record's name so the next enrollment re-binds it (same id, links, history).
 
     ``dry_run`` decides exactly as the real call (the same refusal, or the record as it would
-    be once released) and changes nothing."""
+    be once released, with ``outcome`` ``would_release``) and changes nothing."""
     settings = rt.settings
 
-    def work(uow: UnitOfWork) -> AgentPublic:
+    def work(uow: UnitOfWork) -> ReleaseAnswer:
         agent = load_agent(uow.session, agent_id, principal, Scope.AGENTS_WRITE)
-        release_identity(
+        outcome = release_identity(
             uow.session,
             agent=agent,
             quiet_seconds=settings.identity_quiet_seconds,
             actor=_actor(principal),
         )
-        answer = agent_public(agent, stale_seconds=settings.agent_stale_seconds)
+        if dry_run and outcome is ReleaseOutcome.RELEASED:
+            outcome = ReleaseOutcome.WOULD_RELEASE
+        record = agent_public(agent, stale_seconds=settings.agent_stale_seconds)
+        answer = ReleaseAnswer(
+            **record.model_dump(),
+            agent_id=agent.id,
+            outcome=outcome,
+            message=_RELEASE_MESSAGE[outcome].format(id=agent.id),
+            dry_run=dry_run,
+        )
         if dry_run:
             uow.session.rollback()
         else:
@@ -208,6 +234,13 @@ async def release(
         return answer
 
     return await rt.units.run(work, write=not dry_run)
+
+
+_RELEASE_MESSAGE = {
+    ReleaseOutcome.RELEASED: "agent {id}'s name is free: the next enrollment re-binds the record",
+    ReleaseOutcome.WOULD_RELEASE: "agent {id} is quiet: release-identity would free its name",
+    ReleaseOutcome.ALREADY_RELEASED: "agent {id} holds no identity already (released)",
+}
 
 
 async def revoke_agent(rt: ServiceRuntime, principal: Principal, agent_id: str) -> AgentPublic:

@@ -24,18 +24,8 @@ from console.schemas import (
     ApiTokenPublic,
     InstallTokenPublic,
 )
-from console.services.agent_records import is_online
-from contracts.vocabulary import AgentFlag, AgentStatus
-
-
-def agent_status(agent: Agent, *, stale_seconds: float, now: datetime) -> AgentStatus:
-    if agent.revoked_at is not None:
-        return AgentStatus.REVOKED
-    if agent.nats_public_key is None:
-        return AgentStatus.RELEASED
-    if is_online(agent, stale_seconds=stale_seconds, now=now):
-        return AgentStatus.ONLINE
-    return AgentStatus.OFFLINE
+from console.services.agent_records import seconds_since_seen, status
+from contracts.vocabulary import AgentFlag
 
 
 def agent_flags(
@@ -106,12 +96,10 @@ def agent_public(
         version=agent.version,
         instance_id=agent.instance_id,
         cluster_slug=agent.cluster_slug,
-        status=agent_status(agent, stale_seconds=stale_seconds, now=now),
+        status=status(agent, stale_seconds=stale_seconds, now=now),
         enrolled_at=agent.enrolled_at,
         last_seen_at=agent.last_seen_at,
-        seconds_since_seen=(now - agent.last_seen_at).total_seconds()
-        if agent.last_seen_at
-        else None,
+        seconds_since_seen=seconds_since_seen(agent, now),
         can_self_update=agent.can_self_update,
         labels=agent.labels,
         flags=agent_flags(agent, has_evidence=has_evidence, refusing_recently=refusing_recently),

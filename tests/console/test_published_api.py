@@ -3,6 +3,8 @@ gates of a cluster, and a dry run of release-identity that decides like the real
 
 import httpx
 
+from contracts.views import ReleaseDecision
+from contracts.vocabulary import ReleaseOutcome
 from testkit.console import QUIET_SECONDS, Identity
 from testkit.waiting import wait_for
 
@@ -42,11 +44,21 @@ def test_release_dry_run_decides_like_the_real_call_and_changes_nothing(console)
     r = _release(console, agent_id, dry_run=True)
     assert r.status_code == 200, r.text
     assert r.json()["status"] == "released"
+    decision = ReleaseDecision.model_validate(r.json())
+    assert (decision.agent_id, decision.outcome, decision.dry_run) == (
+        agent_id,
+        ReleaseOutcome.WOULD_RELEASE,
+        True,
+    )
+    assert decision.reason is None
     after = console.agent(agent_id)
     assert after["status"] == "offline"
     assert after["history"] == history
     r = _release(console, agent_id)
     assert (r.status_code, r.json()["status"]) == (200, "released")
+    assert (r.json()["outcome"], r.json()["dry_run"]) == ("released", False)
+    again = _release(console, agent_id, dry_run=True).json()
+    assert (again["outcome"], again["status"]) == ("already_released", "released")
     with console.client() as c:
         c.post(f"/api/v1/fleet/agents/{agent_id}/revoke").raise_for_status()
     r = _release(console, agent_id, dry_run=True)

@@ -29,12 +29,24 @@ def test_the_onboarding_gates_have_one_implementation_used_by_the_wizard_and_the
     assert {"api/routes/clusters.py", "web/routes/clusters.py"} <= _calls("cluster_onboarding")
 
 
-def test_online_has_one_definition():
+def test_online_and_status_have_one_definition_in_fleet_policy():
+    """``fleet_policy.identities`` decides online and status; the Console only feeds it."""
     assert {
-        "services/presenters.py",
+        "services/agent_records.py",
+        "services/clusters.py",
         "services/identities.py",
         "services/rollouts/planning.py",
     } <= _calls("is_online")
-    assert "last_seen_at).total_seconds() <= stale" not in "".join(
-        p.read_text() for p in CONSOLE.rglob("*.py") if p.name != "agent_records.py"
+    assert _calls("agent_status") == {"services/agent_records.py"}
+    assert "services/presenters.py" in _calls("status")
+    text = "".join(p.read_text() for p in CONSOLE.rglob("*.py"))
+    assert "last_seen_at).total_seconds() <= stale" not in text
+    assert "quiet_for <= quiet" not in text
+    assert (
+        "from fleet_policy import identities" in (CONSOLE / "services/agent_records.py").read_text()
     )
+
+
+def test_enrollment_and_release_decide_with_the_pure_core():
+    assert _calls("decide_enrollment") == {"services/enrollment.py"}
+    assert _calls("decide_release") == {"services/identities.py"}

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query
 
 from console.api.deps import PrincipalDep, RuntimeDep
 from console.api.responses import errors
-from console.schemas import AgentDetail, AgentPublic, Page, RotationResult
+from console.schemas import AgentDetail, AgentPublic, Page, ReleaseAnswer, RotationResult
 from console.services import fleet, identities
 from contracts.agent_types import AgentType
 from contracts.vocabulary import AgentFlag, AgentStatus
@@ -48,10 +48,10 @@ async def get_agent(agent_id: str, principal: PrincipalDep, runtime: RuntimeDep)
     return await fleet.get_agent(runtime, principal, agent_id)
 
 
-@router.post("/{agent_id}/release-identity", response_model=AgentPublic, responses=_ERRORS)
+@router.post("/{agent_id}/release-identity", response_model=ReleaseAnswer, responses=_ERRORS)
 async def release(
     agent_id: str, principal: PrincipalDep, runtime: RuntimeDep, dry_run: bool = False
-) -> AgentPublic:
+) -> ReleaseAnswer:
     """Free the record's name so the next enrollment re-binds it (same id, links, history).
 
     Refuses a revoked agent and one seen within the quiet window. ``dry_run=true`` answers
