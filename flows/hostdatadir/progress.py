@@ -128,7 +128,7 @@ def judge(
             record=rid,
         )
     if reason:
-        then = "re-binds once it is quiet" if reason is ErrorReason.NAME_IN_USE else "waiting"
+        then = "re-binds once it is quiet" if reason == ErrorReason.NAME_IN_USE else "waiting"
         return Verdict(NodeState.CONFLICT, f"409 {reason}: {then}", record=rid)
     return Verdict(
         NodeState.WAITING, f"waiting for the pod on the new directory ({rid} {status})", record=rid
@@ -138,7 +138,7 @@ def judge(
 def release_refused(verdict: Verdict, reason: ErrorReason | str, message: str) -> Verdict:
     """The Console refused to release ``verdict.release``: a record seen within the window is
     tried again on the next poll; any other refusal fails the node."""
-    retry = reason is ErrorReason.AGENT_RECENTLY_SEEN
+    retry = reason == ErrorReason.AGENT_RECENTLY_SEEN
     state = NodeState.WAITING_QUIET if retry else NodeState.FAILED
     return Verdict(state, f"release: {reason}: {message}", record=verdict.record)
 
