@@ -86,6 +86,11 @@ class Agent(SQLModel, table=True):
     version: str | None = Field(default=None, max_length=64)
     instance_id: str | None = Field(default=None, max_length=64)
     can_self_update: bool = True
+    self_update_blocker: str | None = Field(
+        default=None,
+        max_length=32,
+        description="a CommandFailureKind: why it cannot self-update (from heartbeats)",
+    )
     labels: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     install_token_id: str | None = Field(default=None, max_length=32)
     enrolled_at: datetime = Field(default_factory=utcnow)
@@ -230,6 +235,9 @@ class RolloutTarget(SQLModel, table=True):
     old_version: str | None = Field(default=None, max_length=64)
     new_version: str | None = Field(default=None, max_length=64)
     error: str | None = Field(default=None, max_length=2048)
+    failure_kind: str | None = Field(
+        default=None, max_length=32, description="a CommandFailureKind, from the agent's result"
+    )
     dispatched_at: datetime | None = None
     deadline_at: datetime | None = None
     finished_at: datetime | None = None
@@ -274,6 +282,11 @@ class Cluster(SQLModel, table=True):
     counts: dict[str, int] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     truncated: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     errors: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    inventory_problems: list[dict[str, Any]] = Field(
+        default_factory=list,
+        sa_column=Column(JSON, nullable=False),
+        description="the last sync's problems as facts (contracts.inventory.InventoryProblem)",
+    )
 
 
 class ClusterInventory(SQLModel, table=True):

@@ -7,6 +7,8 @@ from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from contracts.inventory import InventoryProblem
+from contracts.views import OnboardingStatus
 from contracts.vocabulary import AgentFlag, AgentStatus
 
 
@@ -205,32 +207,19 @@ class ClusterPublic(BaseModel):
     counts: dict[str, int]
     truncated: dict[str, Any]
     errors: list[str]
+    inventory_problems: list[InventoryProblem] = Field(
+        default_factory=list,
+        description="the last sync's unreadable kinds as facts (errors is the same, as text)",
+    )
     agents: list[ClusterAgentView]
     node_agents: int
     warnings: list[ClusterWarning]
 
 
-class OnboardingCause(BaseModel):
-    issue: str
-    cause: str
-    fix: str
+class OnboardingChecklist(OnboardingStatus):
+    """``GET /api/v1/clusters/{slug}/onboarding``: the onboarding status
+    (``contracts.views.OnboardingStatus``) and the cluster's warnings, what the wizard shows."""
 
-
-class OnboardingCheck(BaseModel):
-    key: str
-    title: str
-    ok: bool
-    detail: str
-    causes: list[OnboardingCause]
-
-
-class OnboardingStatus(BaseModel):
-    slug: str
-    checks: list[OnboardingCheck]
-    done: bool
-    node_agents: int
-    nodes: int | None
-    tokens_usable: int
     warnings: list[ClusterWarning] = Field(
         default_factory=list, description="The cluster's warnings (see GET /api/v1/clusters/{slug})"
     )

@@ -25,7 +25,7 @@ from console.schemas import ClusterAgentView, ClusterCreate, ClusterPublic, Clus
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts import parse_duration
 from contracts.agent_types import AgentType
-from contracts.inventory import InventorySnapshot
+from contracts.inventory import InventoryProblem, InventorySnapshot
 from contracts.slugs import is_dns_label, slugify
 
 
@@ -89,6 +89,7 @@ def record_inventory(
     cluster.counts = dict(snapshot.counts)
     cluster.truncated = dict(snapshot.truncated)
     cluster.errors = list(snapshot.errors)
+    cluster.inventory_problems = [p.model_dump(mode="json") for p in snapshot.problems or []]
     session.add(cluster)
     inventory = session.get(ClusterInventory, cluster.id)
     objects = {k: [o.model_dump() for o in v] for k, v in snapshot.objects.items()}
@@ -217,6 +218,7 @@ def public(session: Session, cluster: Cluster, *, backend_sync_interval: str) ->
         counts=cluster.counts,
         truncated=cluster.truncated,
         errors=cluster.errors,
+        inventory_problems=[InventoryProblem.model_validate(p) for p in cluster.inventory_problems],
         agents=[
             ClusterAgentView(
                 id=a.id,
@@ -320,6 +322,7 @@ async def inventory(
         "counts": cluster.counts,
         "truncated": cluster.truncated,
         "errors": cluster.errors,
+        "inventory_problems": cluster.inventory_problems,
         "kinds": sorted(inv.objects),
     }
     if kind:

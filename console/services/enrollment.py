@@ -264,6 +264,7 @@ def _rebind(
     existing.version = req.version
     existing.instance_id = req.instance_id
     existing.can_self_update = req.can_self_update
+    existing.self_update_blocker = None  # known again from the next heartbeat
     existing.labels = dict(req.labels) or existing.labels
     existing.released_at = None
     existing.last_seen_at = now

@@ -104,6 +104,9 @@ def _update_heartbeats(session: Session, latest: dict[str, Heartbeat], now: date
             "b_metrics": hb.metrics_interval_seconds,
             "b_sync": hb.sync_interval_seconds,
             "b_self_update": hb.can_self_update,
+            "b_blocker": None
+            if hb.can_self_update or hb.self_update_blocker is None
+            else hb.self_update_blocker.value,
             "b_slug": hb.cluster_slug,
             "b_leader": hb.leader,
         }
@@ -123,6 +126,7 @@ def _update_heartbeats(session: Session, latest: dict[str, Heartbeat], now: date
             metrics_interval_seconds=bindparam("b_metrics"),
             sync_interval_seconds=bindparam("b_sync"),
             can_self_update=bindparam("b_self_update"),
+            self_update_blocker=bindparam("b_blocker"),
             cluster_slug=bindparam("b_slug"),
             leader=bindparam("b_leader"),
         )

@@ -22,13 +22,14 @@ from sqlmodel import Session
 from console.auth import Principal
 from console.core.clock import utcnow
 from console.models import Agent, Cluster, InstallToken
-from console.schemas import OnboardingCause as Cause
-from console.schemas import OnboardingCheck as Check
-from console.schemas import OnboardingStatus, Scope
+from console.schemas import OnboardingChecklist, Scope
 from console.services import clusters
 from console.services.presenters import install_token_state
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.agent_types import AgentType
+from contracts.views import OnboardingCause as Cause
+from contracts.views import OnboardingCheck as Check
+from contracts.views import OnboardingStatus
 
 __all__ = ["cluster_onboarding", "onboarding_status"]
 
@@ -255,12 +256,12 @@ def _inventory(
 
 async def cluster_onboarding(
     rt: ServiceRuntime, principal: Principal, slug: str, *, backend_url: str
-) -> OnboardingStatus:
+) -> OnboardingChecklist:
     """The three gates of one cluster, their likely causes, and the cluster's warnings."""
     principal.require(Scope.CLUSTERS_READ)
     settings = rt.settings
 
-    def work(uow: UnitOfWork) -> OnboardingStatus:
+    def work(uow: UnitOfWork) -> OnboardingChecklist:
         cluster = clusters.load(uow.session, principal.environment_id, slug)
         status = onboarding_status(
             uow.session,
@@ -272,7 +273,6 @@ async def cluster_onboarding(
         public = clusters.public(
             uow.session, cluster, backend_sync_interval=settings.k8s_sync_interval
         )
-        status.warnings = public.warnings
-        return status
+        return OnboardingChecklist(**dict(status), warnings=public.warnings)
 
     return await rt.units.run(work)

@@ -7,7 +7,9 @@ from datetime import UTC, datetime
 import nats
 
 from contracts import subjects
-from contracts.inventory import InventorySnapshot, ObjectSummary, encode_chunks
+from contracts.inventory import InventoryProblem, InventorySnapshot, ObjectSummary, encode_chunks
+from contracts.views import ClusterView
+from contracts.vocabulary import InventoryProblemKind
 from testkit.console import Identity
 from testkit.waiting import wait_for
 
@@ -29,6 +31,13 @@ def _snapshot(slug, pods=5000, sync=300.0):
         },
         truncated={"pods": {"limit": pods, "total": pods + 10}},
         errors=["forbidden to read argo rollouts"],
+        problems=[
+            InventoryProblem(
+                kind=InventoryProblemKind.FORBIDDEN_ARGO_ROLLOUTS,
+                resource="rollouts",
+                message="forbidden to read argo rollouts",
+            )
+        ],
     )
 
 
@@ -96,6 +105,18 @@ async def test_inventory_arrives_in_chunks_and_the_cluster_shows_counts_and_warn
         kinds = {w["kind"] for w in cluster["warnings"]}
         assert {"sync_interval_drift", "inventory_truncated", "inventory_errors"} <= kinds
         assert "slug_mismatch" not in kinds
+        # The same problem as a fact, for the flows: kind, resource, message.
+        assert cluster["inventory_problems"] == [
+            {
+                "kind": "forbidden_argo_rollouts",
+                "resource": "rollouts",
+                "message": "forbidden to read argo rollouts",
+            }
+        ]
+        listed = [ClusterView.model_validate(x) for x in c.get("/api/v1/clusters").json()]
+        assert [p.kind for p in listed[0].inventory_problems] == [
+            InventoryProblemKind.FORBIDDEN_ARGO_ROLLOUTS
+        ]
         assert cluster["agents"][0]["leader"] is True
         inv = c.get(
             "/api/v1/clusters/production-rke2/inventory",

@@ -1,8 +1,17 @@
 """Rollouts in the Console with simulated agents on real NATS connections (no Prefect here:
 tests/flows drives the same through the flow)."""
 
+import asyncio
+import json
+from datetime import UTC, datetime
+
+import nats
 import pytest
 
+from contracts import subjects
+from contracts.rollouts import RolloutPublic
+from contracts.vocabulary import CommandFailureKind
+from testkit.console import Identity
 from testkit.rollouts import ARTIFACT, create_rollout
 from testkit.swarm import Swarm
 from testkit.waiting import wait_for
@@ -185,3 +194,80 @@ def test_a_console_restart_mid_rollout_loses_nothing_and_sends_nothing_twice(con
     wait_for(lambda: _get(console, r["id"])["waves"][1]["done"], what="wave 1 results")
     assert _post(console, f"/{r['id']}/complete").json()["state"] == "succeeded"
     assert set(s.received_by().values()) == {1}
+
+
+def test_an_agent_without_a_signing_key_is_excluded_for_that_reason(console, agents):
+    """A real agent run from source without PROXIMA_SIGNING_PUBLIC_KEY says why it cannot
+    self-update (``no_signing_key``) on its heartbeats: the exclusion says so, not "read-only
+    program path" (issue 16 item 17)."""
+    proc = agents(console, "keyless-host", console.install_token())
+    proc.wait_ready()
+    agent_id = proc.agent_id()
+
+    def excluded() -> dict | None:
+        r = _create(console, selector={"agent_ids": [agent_id]})
+        found = [e for e in r["exclusions"] if e["agent_id"] == agent_id]
+        return found[0] if found and "signing" in found[0]["detail"] else None
+
+    exclusion = wait_for(excluded, what="a heartbeat with the agent's self_update_blocker")
+    assert exclusion["reason"] == "cannot_self_update"
+    assert "no signing public key" in exclusion["detail"]
+    assert "read-only" not in exclusion["detail"]
+
+
+async def _answer_failed(console, ident, agent_id, failure_kind, done):
+    """Answer every command as failed, with ``failure_kind``, over the agent's own key."""
+    nc = await nats.connect(console.nats_url, **ident.nats_options())
+
+    async def on_command(msg):
+        cmd = json.loads(msg.data)
+        result = {
+            "command_id": cmd["command_id"],
+            "agent_id": agent_id,
+            "kind": cmd["kind"],
+            "status": "failed",
+            "finished_at": datetime.now(UTC).isoformat(),
+            "error": "backup current binary: rename …: read-only file system",
+            "failure_kind": failure_kind,
+        }
+        await nc.publish(subjects.command_result(agent_id), json.dumps(result).encode())
+
+    await nc.subscribe(subjects.commands(agent_id), cb=on_command)
+    beat = {
+        "agent_id": agent_id,
+        "instance_id": ident.instance_id,
+        "agent_type": "host",
+        "version": "0.8.0",
+        "sent_at": datetime.now(UTC).isoformat(),
+        "uptime_seconds": 1.0,
+        "heartbeat_interval_seconds": 30,
+    }
+    await nc.publish(subjects.heartbeat(agent_id), json.dumps(beat).encode())
+    await nc.flush()
+    await done.wait()
+    await nc.close()
+
+
+async def test_a_failed_result_keeps_the_agents_failure_kind_on_its_target(console):
+    ident = Identity(name="ro-host")
+    agent_id = ident.enroll(console, console.install_token()).json()["agent_id"]
+    done = asyncio.Event()
+    task = asyncio.create_task(_answer_failed(console, ident, agent_id, "read_only_program", done))
+    try:
+        r = await asyncio.to_thread(
+            _create, console, waves={"canary_size": 1, "percentages": [100]}
+        )
+        await asyncio.to_thread(_post, console, f"/{r['id']}/start", json={})
+        await asyncio.to_thread(_post, console, f"/{r['id']}/waves/0/dispatch")
+
+        def failed():
+            x = _get(console, r["id"])
+            return x if x["targets"][0]["status"] == "failed" else None
+
+        rollout = await asyncio.to_thread(wait_for, failed, what="the failed result")
+    finally:
+        done.set()
+        await task
+    target = RolloutPublic.model_validate(rollout).targets[0]  # type: ignore[index]
+    assert target.failure_kind is CommandFailureKind.READ_ONLY_PROGRAM
+    assert target.error and "read-only file system" in target.error

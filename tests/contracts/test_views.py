@@ -9,10 +9,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from console.clusters import ClusterPublic
 from console.core.settings import ConsoleSettings
-from console.schemas import AgentDetail, AgentPublic
-from console.web import onboarding
+from console.schemas import AgentDetail, AgentPublic, ClusterPublic
+from console.services import onboarding
 from contracts.views import (
     AgentDetailView,
     AgentPage,

@@ -181,6 +181,9 @@ def test_read_only_failures_stall_the_canary_and_the_later_wave_receives_nothing
             e.startswith("backup current binary: rename ") and e.endswith(": read-only file system")
             for e in errors
         ), errors
+        # The same failure as a fact, kept from the agent's result for the flows.
+        kinds = [t["failure_kind"] for t in stalled["targets"] if t["status"] == "failed"]
+        assert kinds and set(kinds) == {"read_only_program"}, kinds
         later = [t for t in stalled["targets"] if t["wave"] == 1]
         assert later, "no later wave to hold back"
         assert all(t["status"] == "pending" and t["command_id"] is None for t in later)

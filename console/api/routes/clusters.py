@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query, Request, status
 
 from console.api.deps import PrincipalDep, RuntimeDep
 from console.api.responses import errors
-from console.schemas import ClusterCreate, ClusterPublic, OnboardingStatus
+from console.schemas import ClusterCreate, ClusterPublic, OnboardingChecklist
 from console.services import clusters, onboarding
 
 router = APIRouter(prefix="/api/v1/clusters", tags=["clusters"])
@@ -33,10 +33,10 @@ async def get_cluster(slug: str, principal: PrincipalDep, runtime: RuntimeDep) -
     return await clusters.get_cluster(runtime, principal, slug)
 
 
-@router.get("/{slug}/onboarding", response_model=OnboardingStatus, responses=_ERRORS)
+@router.get("/{slug}/onboarding", response_model=OnboardingChecklist, responses=_ERRORS)
 async def get_onboarding(
     slug: str, request: Request, principal: PrincipalDep, runtime: RuntimeDep
-) -> OnboardingStatus:
+) -> OnboardingChecklist:
     """The onboarding gates (enrollment, first heartbeat, first inventory sync), each with its
     likely causes while pending, and the cluster's warnings: what the wizard's checklist shows."""
     return await onboarding.cluster_onboarding(

@@ -27,6 +27,7 @@ from contracts.rollouts import (
     RolloutCreate,
     RolloutPublic,
 )
+from contracts.vocabulary import CommandFailureKind
 from fleet_policy import (
     AgentId,
     AgentSnapshot,
@@ -55,8 +56,31 @@ def _snapshot(agent: Agent, *, stale_seconds: float, now: datetime) -> AgentSnap
         can_self_update=agent.can_self_update,
         self_update_blocker=None
         if agent.can_self_update
-        else "declared by the agent: read-only program path or container image",
+        else blocker_text(agent.self_update_blocker),
     )
+
+
+_BLOCKER_TEXT = {
+    CommandFailureKind.NOT_SELF_UPDATABLE: "runs from a container image: upgrade it with "
+    "helm upgrade",
+    CommandFailureKind.NO_SIGNING_KEY: "the agent has no signing public key "
+    "(PROXIMA_SIGNING_PUBLIC_KEY) and refuses to install unsigned builds",
+    CommandFailureKind.NOT_SINGLE_FILE_BUILD: "the agent does not run from a single-file build "
+    "it could replace (installed from a package or run from source)",
+    CommandFailureKind.READ_ONLY_PROGRAM: "the agent's program file or its directory is not "
+    "writable (read-only program path)",
+}
+
+
+def blocker_text(kind: str | None) -> str | None:
+    """Why an agent cannot self-update, for people, from the kind its heartbeat reports; None
+    when it did not say (an agent that predates ``self_update_blocker``, or not heartbeat yet)."""
+    if kind is None:
+        return None
+    try:
+        return _BLOCKER_TEXT.get(CommandFailureKind(kind), f"the agent reports {kind}")
+    except ValueError:
+        return f"the agent reports {kind}"
 
 
 def _policies(body: RolloutCreate) -> tuple[Any, WavePolicy]:

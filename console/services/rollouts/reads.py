@@ -21,7 +21,7 @@ from contracts.rollouts import (
     TargetPublic,
     WavePublic,
 )
-from contracts.vocabulary import TargetStatus
+from contracts.vocabulary import CommandFailureKind, TargetStatus
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,7 @@ def present(session: Session, rollout: Rollout, with_targets: bool = True) -> Ro
                 old_version=t.old_version,
                 new_version=t.new_version,
                 error=t.error,
+                failure_kind=CommandFailureKind(t.failure_kind) if t.failure_kind else None,
                 dispatched_at=t.dispatched_at,
                 finished_at=t.finished_at,
             )

@@ -88,6 +88,11 @@ def record_results(
             CommandStatus.REJECTED: TargetStatus.REJECTED,
         }[result.status].value
         target.error = (result.error or "")[:2048] or None
+        target.failure_kind = (
+            None
+            if result.status is CommandStatus.SUCCEEDED or result.failure_kind is None
+            else result.failure_kind.value
+        )
         target.new_version = result.detail.get("new_version") or target.new_version
         target.finished_at = now
         session.add(target)
