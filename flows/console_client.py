@@ -36,6 +36,14 @@ __all__ = ["ConsoleApiError", "ConsoleClient", "RolloutAction"]
 RolloutAction = Literal["pause", "resume", "abort", "complete"]
 """The rollout decisions the Console serves at ``POST /api/v1/fleet/rollouts/{id}/{action}``."""
 
+_PUBLISHED_NAMES = {
+    "quiet_window_seconds": "identity_quiet_seconds",
+    "stale_after_seconds": "agent_stale_seconds",
+    "k8s_sync_interval_seconds": "k8s_sync_interval_seconds",
+    "rotation_timeout_seconds": "rotation_timeout_seconds",
+}
+"""``ConsoleSettingsView`` field → the name a Console publishing its settings' own names uses."""
+
 _CLUSTERS = TypeAdapter(list[ClusterView])
 _ROLLOUTS = TypeAdapter(list[RolloutPublic])
 
@@ -184,7 +192,11 @@ class ConsoleClient:
 
     def settings(self) -> ConsoleSettingsView:
         """The Console's windows (quiet window, stale timeout, …): read here, never copied."""
-        return ConsoleSettingsView.model_validate(self._call("GET", "/api/v1/settings"))
+        body = self._call("GET", "/api/v1/settings")
+        if "quiet_window_seconds" not in body:
+            # A Console that publishes its own setting names (PublishedSettings).
+            body = {view: body[name] for view, name in _PUBLISHED_NAMES.items() if name in body}
+        return ConsoleSettingsView.model_validate(body)
 
     # clusters -------------------------------------------------------------------------------
     def clusters(self) -> list[ClusterView]:

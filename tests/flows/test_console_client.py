@@ -145,3 +145,29 @@ def test_no_console_json_crosses_the_client_as_a_dict():
     assert {"agents", "agent", "clusters", "cluster", "settings", "onboarding"} <= methods
     loose = [(name, a) for name, a in signatures if "dict" in a or "Any" in a or a == "object"]
     assert loose == [], "ConsoleClient must answer contracts models, not JSON"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {
+            "quiet_window_seconds": 300,
+            "stale_after_seconds": 90,
+            "k8s_sync_interval_seconds": 300,
+            "rotation_timeout_seconds": 15,
+        },
+        {  # the setting names a Console may publish instead
+            "identity_quiet_seconds": 300,
+            "agent_stale_seconds": 90,
+            "rotation_timeout_seconds": 15,
+            "enroll_clock_skew_seconds": 300,
+            "k8s_sync_interval": "5m",
+            "k8s_sync_interval_seconds": 300,
+            "rollout_sweep_seconds": 2,
+        },
+    ],
+)
+def test_settings_answers_the_consoles_windows(body):
+    with _client(lambda r: httpx.Response(200, json=body)) as console:
+        view = console.settings()
+    assert (view.quiet_window_seconds, view.stale_after_seconds) == (300, 90)
