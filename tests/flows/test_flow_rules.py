@@ -212,3 +212,17 @@ def test_identity_release_rows_show_the_consoles_answer():
         "reason": "",
         "message": "the next enrollment re-binds this record",
     }
+
+
+def test_no_flow_copies_the_quiet_window():
+    import inspect
+
+    from flows.identity_release import identity_release
+    from flows.migration import hostdatadir_migration
+
+    migration = inspect.signature(hostdatadir_migration.fn).parameters
+    assert migration["quiet_window_seconds"].default is None  # None: the Console's own
+    release = inspect.signature(identity_release.fn).parameters
+    assert not [name for name in release if "quiet" in name]  # the Console's dry run decides
+    sources = [p.read_text() for p in sorted(FLOWS.rglob("*.py"))]
+    assert not [s for s in sources if re.search(r"quiet\w*: float = \d", s)]
