@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
@@ -13,6 +12,7 @@ from prefect.context import get_run_context
 
 from contracts.audit import AuditRunCreate, Finding
 from contracts.rollouts import RolloutPublic
+from contracts.views import AgentView, ClusterView
 from flows.audit_rules import AuditFacts, DaemonSetFact, evaluate
 from flows.console_client import ConsoleClient
 from flows.kube import KubeTarget, agent_daemonsets, api_client
@@ -21,8 +21,8 @@ from flows.settings import FlowSettings
 
 @dataclass(frozen=True)
 class ConsoleFacts:
-    agents: list[dict[str, Any]]
-    clusters: list[dict[str, Any]]
+    agents: list[AgentView]
+    clusters: list[ClusterView]
     rollouts: list[RolloutPublic]
     """The 10 most recent, with their targets."""
 

@@ -5,15 +5,25 @@ has a rule here; ``docs/audit.md`` lists them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from contracts.audit import Finding, Severity
 from contracts.rollouts import RolloutPublic
+from contracts.views import AgentView, ClusterView
+from contracts.vocabulary import (
+    AgentFlag,
+    AgentStatus,
+    AgentType,
+    CommandFailureKind,
+    ErrorReason,
+    InventoryProblemKind,
+)
+from flows.hostdatadir.manifests import shared_data_dir
+from flows.reasons import parse_reason
 
-DEFAULT_DATA_DIR = "/var/lib/proxima-agent"
 SEPARATE_DIR_FIX = (
     "give the DaemonSet its own host directory: helm upgrade … --set "
     "nodeAgent.hostDataDir=/var/lib/proxima-node-agent (Running Alongside a Host Agent)"
@@ -30,8 +40,8 @@ class DaemonSetFact:
 
 @dataclass(frozen=True)
 class AuditFacts:
-    agents: Sequence[Mapping[str, Any]]
-    clusters: Sequence[Mapping[str, Any]] = ()
+    agents: Sequence[AgentView]
+    clusters: Sequence[ClusterView] = ()
     rollouts: Sequence[RolloutPublic] = ()
     """Recent rollouts with their targets."""
     daemonsets: Sequence[DaemonSetFact] = ()
@@ -40,15 +50,19 @@ class AuditFacts:
     long_offline: timedelta = timedelta(days=7)
 
 
-def _ts(value: Any) -> datetime | None:
+def _ts(value: datetime | str | None) -> datetime | None:
     if not value:
         return None
-    parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    parsed = (
+        value
+        if isinstance(value, datetime)
+        else datetime.fromisoformat(value.replace("Z", "+00:00"))
+    )
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _agent_finding(
-    a: Mapping[str, Any],
+    a: AgentView,
     name: str,
     severity: Severity,
     message: str,
@@ -59,30 +73,30 @@ def _agent_finding(
         name=name,
         severity=severity,
         subject_kind="agent",
-        subject_id=a["id"],
-        subject_name=f"{a['agent_type']}/{a['name']}",
+        subject_id=a.id,
+        subject_name=f"{a.agent_type}/{a.name}",
         message=message,
         fix=fix,
         detail=dict(detail),
     )
 
 
-_CONFLICT_FIX = {
-    "name_in_use": "another live process holds this name: find it (two agents on one data "
-    "directory, or a pod still running) before releasing anything",
-    "no_identity_evidence": "the old record has no identity evidence to re-bind on: free it with "
-    "POST /api/v1/fleet/agents/{agentID}/release-identity once it is quiet",
-    "identity_mismatch": "the agent presents no machine-id/DMI uuid the record carries (no "
-    "host-root mount?): mount the host identity or release the old record",
-    "agent_revoked": "the name belongs to a revoked record: it is never re-bound",
+_CONFLICT_FIX: dict[ErrorReason | str, str] = {
+    ErrorReason.NAME_IN_USE: "another live process holds this name: find it (two agents on "
+    "one data directory, or a pod still running) before releasing anything",
+    ErrorReason.NO_IDENTITY_EVIDENCE: "the old record has no identity evidence to re-bind on: "
+    "free it with POST /api/v1/fleet/agents/{agentID}/release-identity once it is quiet",
+    ErrorReason.IDENTITY_MISMATCH: "the agent presents no machine-id/DMI uuid the record "
+    "carries (no host-root mount?): mount the host identity or release the old record",
+    ErrorReason.AGENT_REVOKED: "the name belongs to a revoked record: it is never re-bound",
 }
 
 
 def agent_rules(facts: AuditFacts) -> Iterable[Finding]:
     for a in facts.agents:
-        flags = set(a.get("flags", ()))
-        label = f"{a['agent_type']} {a['name']!r}"
-        if "shared_identity" in flags:
+        flags = set(a.flags)
+        label = f"{a.agent_type} {a.name!r}"
+        if AgentFlag.SHARED_IDENTITY in flags:
             yield _agent_finding(
                 a,
                 "shared_identity",
@@ -90,7 +104,7 @@ def agent_rules(facts: AuditFacts) -> Iterable[Finding]:
                 f"{label}: two processes heartbeat as one identity (one state.json, two agents)",
                 SEPARATE_DIR_FIX,
             )
-        if "version_flapping" in flags:
+        if AgentFlag.VERSION_FLAPPING in flags:
             yield _agent_finding(
                 a,
                 "version_flapping",
@@ -98,32 +112,32 @@ def agent_rules(facts: AuditFacts) -> Iterable[Finding]:
                 f"{label}: its reported version flaps between processes sharing the identity",
                 SEPARATE_DIR_FIX,
             )
-        conflict = a.get("conflict") or {}
-        last = _ts(conflict.get("last_at"))
-        if "enrollment_conflict" in flags and last and facts.now - last <= facts.stuck_window:
-            reason = str(conflict.get("reason"))
+        conflict = a.conflict if AgentFlag.ENROLLMENT_CONFLICT in flags else None
+        last = _ts(conflict.last_at) if conflict else None
+        if conflict and last and facts.now - last <= facts.stuck_window:
+            reason = parse_reason(str(conflict.reason))
             yield _agent_finding(
                 a,
                 "stuck_in_409",
                 Severity.HIGH,
-                f"{label}: enrollment keeps answering 409 {reason} ({conflict.get('count')} "
+                f"{label}: enrollment keeps answering 409 {reason} ({conflict.count} "
                 "attempts): an agent is running but never enrolls",
                 _CONFLICT_FIX.get(reason),
-                reason=reason,
-                count=conflict.get("count"),
+                reason=str(reason),
+                count=conflict.count,
             )
-        if "refused_still_connecting" in flags:
+        if AgentFlag.REFUSED_STILL_CONNECTING in flags:
             yield _agent_finding(
                 a,
                 "revoked_still_connecting",
                 Severity.WARNING,
                 f"{label}: a retired key keeps trying to connect "
-                f"({a.get('refused_connections')} refused connections)",
+                f"({a.refused_connections} refused connections)",
                 "stop the process still holding the old identity, or release/re-enroll it",
-                refused=a.get("refused_connections"),
+                refused=a.refused_connections,
             )
-        seen = _ts(a.get("last_seen_at"))
-        if a.get("status") == "offline":
+        seen = _ts(a.last_seen_at)
+        if a.status is AgentStatus.OFFLINE:
             long = seen is not None and facts.now - seen > facts.long_offline
             yield _agent_finding(
                 a,
@@ -152,39 +166,40 @@ def cluster_rules(facts: AuditFacts) -> Iterable[Finding]:
         "inventory_truncated": (Severity.INFO, "raise clusterAgent.podLimit"),
     }
     for c in facts.clusters:
-        for w in c.get("warnings", ()):
-            kind = w["kind"]
-            if kind == "inventory_errors":
-                if "forbidden to read argo rollouts" in w["message"]:
-                    yield Finding(
-                        name="argo_rollouts_forbidden",
-                        severity=Severity.WARNING,
-                        subject_kind="cluster",
-                        subject_id=c["slug"],
-                        subject_name=c["name"],
-                        message=f"cluster {c['slug']}: {w['message']}",
-                        fix="helm upgrade to the current chart (upgrading the image alone does "
-                        "not add the argoproj.io rollouts rule)",
-                    )
-                continue
-            severity, fix = names.get(kind, (Severity.WARNING, None))
+        for w in c.warnings:
+            if w.kind == "inventory_errors":
+                continue  # prose; the facts are the cluster's inventory_problems (below)
+            severity, fix = names.get(w.kind, (Severity.WARNING, None))
             yield Finding(
-                name="unregistered_cluster" if kind == "unregistered" else kind,
+                name="unregistered_cluster" if w.kind == "unregistered" else w.kind,
                 severity=severity,
                 subject_kind="cluster",
-                subject_id=c["slug"],
-                subject_name=c["name"],
-                message=f"cluster {c['slug']}: {w['message']}",
+                subject_id=c.slug,
+                subject_name=c.name,
+                message=f"cluster {c.slug}: {w.message}",
                 fix=fix,
             )
+        for problem in c.inventory_problems:
+            if problem.kind is InventoryProblemKind.FORBIDDEN_ARGO_ROLLOUTS:
+                yield Finding(
+                    name="argo_rollouts_forbidden",
+                    severity=Severity.WARNING,
+                    subject_kind="cluster",
+                    subject_id=c.slug,
+                    subject_name=c.name,
+                    message=f"cluster {c.slug}: {problem.message}",
+                    fix="helm upgrade to the current chart (upgrading the image alone does "
+                    "not add the argoproj.io rollouts rule)",
+                )
 
 
 def rollout_rules(facts: AuditFacts) -> Iterable[Finding]:
-    """A host agent whose self_update failed on a read-only path shares its identity with a pod
-    (the seed's 'Fleet rollouts fail against healthy hosts')."""
+    """A host agent whose self_update failed for want of write access to its program (the
+    agent's ``read_only_program``) shares its identity with a pod on a read-only image (the
+    seed's 'Fleet rollouts fail against healthy hosts')."""
     for r in facts.rollouts:
         for t in r.targets or ():
-            if t.error and "read-only file system" in t.error:
+            if t.failure_kind is CommandFailureKind.READ_ONLY_PROGRAM:
                 yield Finding(
                     name="self_update_on_read_only_image",
                     severity=Severity.HIGH,
@@ -199,13 +214,10 @@ def rollout_rules(facts: AuditFacts) -> Iterable[Finding]:
 
 
 def daemonset_rules(facts: AuditFacts) -> Iterable[Finding]:
-    host_agents = {a["name"] for a in facts.agents if a["agent_type"] == "host"}
+    host_agents = {a.name for a in facts.agents if a.agent_type is AgentType.HOST}
     for ds in facts.daemonsets:
-        if ds.data_host_path is None:
-            continue
-        shared = sorted(set(ds.node_names) & host_agents)
-        path = ds.data_host_path.rstrip("/") or "/"
-        if path == DEFAULT_DATA_DIR and (shared or not ds.node_names):
+        shared = shared_data_dir(ds.data_host_path, set(ds.node_names) & host_agents)
+        if shared is not None and (shared or not ds.node_names):
             yield Finding(
                 name="shared_data_dir",
                 severity=Severity.CRITICAL if shared else Severity.WARNING,
@@ -216,7 +228,7 @@ def daemonset_rules(facts: AuditFacts) -> Iterable[Finding]:
                 f"{ds.data_host_path}, the host agent's directory"
                 + (f", on nodes that run a host agent: {', '.join(shared)}" if shared else ""),
                 fix=SEPARATE_DIR_FIX,
-                detail={"nodes": shared},
+                detail={"nodes": list(shared)},
             )
 
 

@@ -1,23 +1,57 @@
-"""A typed client of the Console API for the flows (the flows never import the Console)."""
+"""A typed client of the Console API for the flows (the flows never import the Console).
+
+Every method answers a model of :mod:`contracts` (``contracts.views`` for agents, clusters,
+onboarding, settings and identity releases; ``contracts.rollouts`` and ``contracts.audit`` for
+the rest): no Console JSON reaches flow code as a dict. A 4xx/5xx raises
+:class:`ConsoleApiError`, whose ``reason`` is an :class:`~contracts.vocabulary.ErrorReason`
+(or the text of a reason this build does not know).
+"""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
 import httpx
+from pydantic import TypeAdapter
 
 from contracts.audit import AuditRunCreate, AuditRunPublic
+from contracts.enrollment import ErrorBody
 from contracts.rollouts import DispatchResult, RolloutCreate, RolloutPublic
+from contracts.views import (
+    AgentDetailView,
+    AgentPage,
+    AgentView,
+    ClusterView,
+    ConsoleSettingsView,
+    OnboardingStatus,
+    ReleaseDecision,
+)
+from contracts.vocabulary import AgentFlag, AgentStatus, AgentType, ErrorReason, ReleaseOutcome
+from contracts.vocabulary.reasons import RELEASE_REFUSALS
+from flows.reasons import parse_reason
 from flows.settings import FlowSettings
+
+__all__ = ["ConsoleApiError", "ConsoleClient", "RolloutAction"]
 
 RolloutAction = Literal["pause", "resume", "abort", "complete"]
 """The rollout decisions the Console serves at ``POST /api/v1/fleet/rollouts/{id}/{action}``."""
+
+_PUBLISHED_NAMES = {
+    "quiet_window_seconds": "identity_quiet_seconds",
+    "stale_after_seconds": "agent_stale_seconds",
+    "k8s_sync_interval_seconds": "k8s_sync_interval_seconds",
+    "rotation_timeout_seconds": "rotation_timeout_seconds",
+}
+"""``ConsoleSettingsView`` field → the name a Console publishing its settings' own names uses."""
+
+_CLUSTERS = TypeAdapter(list[ClusterView])
+_ROLLOUTS = TypeAdapter(list[RolloutPublic])
 
 
 class ConsoleApiError(RuntimeError):
     """A 4xx/5xx from the Console, with its machine reason."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: ErrorReason | str, message: str) -> None:
         super().__init__(f"console answered {status} {reason}: {message}")
         self.status = status
         self.reason = reason
@@ -50,12 +84,10 @@ class ConsoleClient:
         r = self._http.request(method, path, **kwargs)
         if r.status_code >= 400:
             try:
-                body = r.json()
-                raise ConsoleApiError(
-                    r.status_code, body.get("reason", "error"), body.get("message", r.text)
-                )
+                body = ErrorBody.model_validate(r.json())
             except ValueError:
                 raise ConsoleApiError(r.status_code, "error", r.text) from None
+            raise ConsoleApiError(r.status_code, parse_reason(body.reason), body.message)
         return r.json()
 
     # rollouts -------------------------------------------------------------------------------
@@ -71,6 +103,11 @@ class ConsoleClient:
                 f"/api/v1/fleet/rollouts/{rollout_id}",
                 params={"targets": str(targets).lower()},
             )
+        )
+
+    def rollouts(self, limit: int = 20) -> list[RolloutPublic]:
+        return _ROLLOUTS.validate_python(
+            self._call("GET", "/api/v1/fleet/rollouts", params={"limit": limit})
         )
 
     def start(self, rollout_id: str, flow_run_id: str | None) -> RolloutPublic:
@@ -96,37 +133,85 @@ class ConsoleClient:
         )
 
     # fleet ----------------------------------------------------------------------------------
-    def agents(self, **filters: Any) -> list[dict[str, Any]]:
-        """Every agent matching ``filters`` (pages through the list)."""
-        items: list[dict[str, Any]] = []
+    def agents(
+        self,
+        *,
+        agent_type: AgentType | None = None,
+        status: AgentStatus | None = None,
+        name: str | None = None,
+        flag: AgentFlag | None = None,
+    ) -> list[AgentView]:
+        """Every agent matching the filters (``name``: a substring), paging through the list."""
+        filters = {"agent_type": agent_type, "status": status, "name": name, "flag": flag}
+        params: dict[str, str | int] = {k: str(v) for k, v in filters.items() if v is not None}
+        items: list[AgentView] = []
         offset = 0
         while True:
-            page = self._call(
-                "GET", "/api/v1/fleet/agents", params={**filters, "limit": 1000, "offset": offset}
+            page = AgentPage.model_validate(
+                self._call(
+                    "GET",
+                    "/api/v1/fleet/agents",
+                    params={**params, "limit": 1000, "offset": offset},
+                )
             )
-            items.extend(page["items"])
-            offset += len(page["items"])
-            if not page["items"] or offset >= page["total"]:
+            items.extend(page.items)
+            offset += len(page.items)
+            if not page.items or offset >= page.total:
                 return items
 
-    def agent(self, agent_id: str) -> dict[str, Any]:
-        return dict(self._call("GET", f"/api/v1/fleet/agents/{agent_id}"))
+    def agent(self, agent_id: str) -> AgentDetailView:
+        return AgentDetailView.model_validate(self._call("GET", f"/api/v1/fleet/agents/{agent_id}"))
 
-    def release_identity(self, agent_id: str) -> dict[str, Any]:
-        return dict(self._call("POST", f"/api/v1/fleet/agents/{agent_id}/release-identity"))
+    def release_identity(self, agent_id: str, *, dry_run: bool = False) -> ReleaseDecision:
+        """What release-identity did with the record or, with ``dry_run``, would do: the
+        Console decides both alike. A refusal (``agent_revoked``, ``agent_recently_seen``) is
+        an answer here (``outcome`` ``refused`` with its reason), not an error; anything else
+        the Console refuses (404, 403, …) raises :class:`ConsoleApiError`."""
+        try:
+            body = self._call(
+                "POST",
+                f"/api/v1/fleet/agents/{agent_id}/release-identity",
+                params={"dry_run": "true"} if dry_run else None,
+            )
+        except ConsoleApiError as exc:
+            if exc.status != 409 or exc.reason not in RELEASE_REFUSALS:
+                raise
+            return ReleaseDecision(
+                agent_id=agent_id,
+                outcome=ReleaseOutcome.REFUSED,
+                reason=ErrorReason(exc.reason),
+                message=exc.message,
+                dry_run=dry_run,
+            )
+        if "outcome" in body:
+            return ReleaseDecision.model_validate(body)
+        # A Console that answers the record as it is (or would be) once released.
+        record = AgentView.model_validate(body)
+        outcome = ReleaseOutcome.WOULD_RELEASE if dry_run else ReleaseOutcome.RELEASED
+        return ReleaseDecision(agent_id=record.id, outcome=outcome, dry_run=dry_run)
 
-    def clusters(self) -> list[dict[str, Any]]:
-        return list(self._call("GET", "/api/v1/clusters"))
+    def settings(self) -> ConsoleSettingsView:
+        """The Console's windows (quiet window, stale timeout, …): read here, never copied."""
+        body = self._call("GET", "/api/v1/settings")
+        if "quiet_window_seconds" not in body:
+            # A Console that publishes its own setting names (PublishedSettings).
+            body = {view: body[name] for view, name in _PUBLISHED_NAMES.items() if name in body}
+        return ConsoleSettingsView.model_validate(body)
 
-    def cluster(self, slug: str) -> dict[str, Any]:
-        return dict(self._call("GET", f"/api/v1/clusters/{slug}"))
+    # clusters -------------------------------------------------------------------------------
+    def clusters(self) -> list[ClusterView]:
+        return _CLUSTERS.validate_python(self._call("GET", "/api/v1/clusters"))
 
-    def rollouts(self, limit: int = 20) -> list[RolloutPublic]:
-        return [
-            RolloutPublic.model_validate(r)
-            for r in self._call("GET", "/api/v1/fleet/rollouts", params={"limit": limit})
-        ]
+    def cluster(self, slug: str) -> ClusterView:
+        return ClusterView.model_validate(self._call("GET", f"/api/v1/clusters/{slug}"))
 
+    def onboarding(self, slug: str) -> OnboardingStatus:
+        """The onboarding gates of one cluster, as the Console (and its wizard) judges them."""
+        return OnboardingStatus.model_validate(
+            self._call("GET", f"/api/v1/clusters/{slug}/onboarding")
+        )
+
+    # audit ----------------------------------------------------------------------------------
     def post_audit(self, body: AuditRunCreate) -> AuditRunPublic:
         return AuditRunPublic.model_validate(
             self._call("POST", "/api/v1/audit/runs", json=body.model_dump(mode="json"))

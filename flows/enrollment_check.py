@@ -1,16 +1,19 @@
 """``enrollment-check``: what the onboarding wizard verifies, as a flow.
 
 For a cluster slug, wait — with a deadline and a live progress artifact — for the cluster
-agent's enrollment, its first heartbeat and the first inventory sync; count the node agents that
-enrolled against the nodes that exist. End with a pass/fail report naming what is missing and the
-likely cause from the seed's Common Issues table.
+agent's enrollment, its first heartbeat and the first inventory sync, as the Console judges them
+(``GET /api/v1/clusters/{slug}/onboarding``: the gates the web wizard shows, one
+implementation); count the node agents that enrolled against the nodes that exist (read from
+Kubernetes). End with a pass/fail report naming what is missing and the likely cause from the
+seed's Common Issues table.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
 from uuid import UUID
 
 from prefect import flow, get_run_logger, task
@@ -20,9 +23,12 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 
+from contracts.views import ClusterView, OnboardingStatus
 from flows.console_client import ConsoleApiError, ConsoleClient
 from flows.kube import KubeTarget, api_client, node_names
 from flows.settings import FlowSettings
+
+T = TypeVar("T")
 
 CAUSES = {
     "enrollment": (
@@ -51,8 +57,15 @@ CAUSES = {
 }
 
 
+GATES = ("enrollment", "heartbeat", "inventory")
+"""The Console's onboarding gates, in order (``GET /api/v1/clusters/{slug}/onboarding``)."""
+
+
 @dataclass
 class CheckState:
+    """Where a cluster's onboarding stands: the Console's three gates (as its wizard shows
+    them), and the node count, the one thing only the cluster knows."""
+
     enrollment: bool = False
     heartbeat: bool = False
     inventory: bool = False
@@ -60,6 +73,8 @@ class CheckState:
     nodes: int | None = None
     collector: str | None = None
     notes: list[str] = field(default_factory=list)
+    details: dict[str, str] = field(default_factory=dict)
+    """The Console's detail of each pending gate."""
 
     @property
     def nodes_ok(self) -> bool:
@@ -69,21 +84,26 @@ class CheckState:
         return sum([self.enrollment, self.heartbeat, self.inventory, self.nodes_ok])
 
 
-def observe(cluster: dict[str, Any] | None, node_agents: int, nodes: int | None) -> CheckState:
-    state = CheckState(node_agents=node_agents, nodes=nodes)
-    if cluster is None:
+def observe(status: OnboardingStatus | None, nodes: int | None) -> CheckState:
+    """The gates as the Console judges them (``None``: no such cluster yet); ``nodes`` is the
+    cluster's node count (``None``: not counted)."""
+    state = CheckState(nodes=nodes)
+    if status is None:
         return state
-    collectors = cluster.get("agents") or []
-    state.enrollment = bool(collectors)
-    if collectors:
-        state.collector = collectors[0]["name"]
-    state.heartbeat = any(
-        a.get("sync_interval_seconds") is not None or a.get("leader") is not None
-        for a in collectors
+    gates = {check.key: check for check in status.checks}
+    state.enrollment, state.heartbeat, state.inventory = (
+        key in gates and gates[key].ok for key in GATES
     )
-    state.inventory = cluster.get("first_inventory_at") is not None
-    for w in cluster.get("warnings", ()):
-        state.notes.append(f"{w['kind']}: {w['message']}")
+    state.details = {key: gates[key].detail for key in GATES if key in gates and not gates[key].ok}
+    state.node_agents = status.node_agents
+    return state
+
+
+def describe_cluster(state: CheckState, cluster: ClusterView | None) -> CheckState:
+    """The collector's name and the cluster's warnings (display only), added to ``state``."""
+    if cluster is not None:
+        state.collector = cluster.agents[0].name if cluster.agents else None
+        state.notes = [f"{w.kind}: {w.message}" for w in cluster.warnings]
     return state
 
 
@@ -92,10 +112,19 @@ def count_nodes(kubeconfig: str | None) -> int:
     return len(node_names(api_client(KubeTarget(kubeconfig=kubeconfig))))
 
 
+def _not_found_is_none(read: Callable[[str], T], slug: str) -> T | None:
+    try:
+        return read(slug)
+    except ConsoleApiError as exc:
+        if exc.status != 404:
+            raise
+        return None
+
+
 @task(name="wait-for-enrollment")
 def wait_for_enrollment(
     slug: str, deadline_seconds: float, poll_seconds: float, nodes: int | None
-) -> dict[str, Any]:
+) -> CheckState:
     log = get_run_logger()
     progress = create_progress_artifact(
         0.0, key=f"enrollment-check-{slug[:40]}", description=f"Enrollment check of {slug}"
@@ -103,24 +132,9 @@ def wait_for_enrollment(
     assert isinstance(progress, UUID)  # sync context: the id, not a coroutine
     deadline = time.monotonic() + deadline_seconds
     last = -1
-    state = CheckState()
     with ConsoleClient(FlowSettings()) as console:
         while True:
-            try:
-                cluster: dict[str, Any] | None = console.cluster(slug)
-            except ConsoleApiError as exc:
-                if exc.status != 404:
-                    raise
-                cluster = None
-            node_agents = 0
-            if cluster is not None:
-                by_slug = [
-                    a
-                    for a in console.agents(agent_type="k8s-node-monitor", status="online")
-                    if a.get("cluster_slug") == slug
-                ]
-                node_agents = max(len(by_slug), int(cluster.get("node_agents") or 0))
-            state = observe(cluster, node_agents, nodes)
+            state = observe(_not_found_is_none(console.onboarding, slug), nodes)
             if state.done() != last:
                 update_progress_artifact(progress, 100 * state.done() / 4, description=_line(state))
                 log.info("%s", _line(state))
@@ -128,15 +142,7 @@ def wait_for_enrollment(
             if state.done() == 4 or time.monotonic() > deadline:
                 break
             time.sleep(poll_seconds)
-    return {
-        "enrollment": state.enrollment,
-        "heartbeat": state.heartbeat,
-        "inventory": state.inventory,
-        "node_agents": state.node_agents,
-        "nodes": state.nodes,
-        "collector": state.collector,
-        "notes": state.notes,
-    }
+        return describe_cluster(state, _not_found_is_none(console.cluster, slug))
 
 
 def _line(s: CheckState) -> str:
@@ -148,19 +154,20 @@ def _line(s: CheckState) -> str:
     )
 
 
-def report(slug: str, result: dict[str, Any]) -> tuple[bool, str]:
+def report(slug: str, state: CheckState) -> tuple[bool, str]:
     lines = [f"# Enrollment check: {slug}", ""]
     missing = []
-    for step in ("enrollment", "heartbeat", "inventory"):
-        ok = result[step]
-        lines.append(f"- {'✅' if ok else '❌'} {step}")
+    for step in GATES:
+        ok = getattr(state, step)
+        detail = f" — {state.details[step]}" if step in state.details else ""
+        lines.append(f"- {'✅' if ok else '❌'} {step}{detail}")
         if not ok:
             missing.append(step)
-    nodes = result["nodes"]
-    if nodes is not None:
-        ok = result["node_agents"] >= nodes
-        lines.append(f"- {'✅' if ok else '❌'} node agents {result['node_agents']}/{nodes}")
-        if not ok:
+    if state.nodes is not None:
+        lines.append(
+            f"- {'✅' if state.nodes_ok else '❌'} node agents {state.node_agents}/{state.nodes}"
+        )
+        if not state.nodes_ok:
             missing.append("nodes")
     if missing:
         first = missing[0]
@@ -171,8 +178,8 @@ def report(slug: str, result: dict[str, Any]) -> tuple[bool, str]:
             "",
             f"Fix: {fix}",
         ]
-    if result["notes"]:
-        lines += ["", "Warnings:"] + [f"- {n}" for n in result["notes"]]
+    if state.notes:
+        lines += ["", "Warnings:"] + [f"- {n}" for n in state.notes]
     return not missing, "\n".join(lines)
 
 
@@ -184,14 +191,15 @@ def enrollment_check(
     kubeconfig: str | None = None,
     check_nodes: bool = False,
 ) -> dict[str, Any]:
-    """Wait for a cluster's collector to enroll, heartbeat and sync; count node agents."""
+    """Wait for a cluster's collector to enroll, heartbeat and sync (the Console's onboarding
+    gates, the same the wizard shows); count node agents against the cluster's nodes."""
     nodes = count_nodes(kubeconfig) if check_nodes else None
-    result = wait_for_enrollment(cluster_slug, deadline_seconds, poll_seconds, nodes)
-    passed, text = report(cluster_slug, result)
+    state = wait_for_enrollment(cluster_slug, deadline_seconds, poll_seconds, nodes)
+    passed, text = report(cluster_slug, state)
     create_markdown_artifact(
         text,
         key=f"enrollment-check-{cluster_slug[:40]}-report",
         description="pass" if passed else "fail",
     )
     get_run_logger().info("%s", text)
-    return {**result, "passed": passed, "report": text}
+    return {**asdict(state), "passed": passed, "report": text}

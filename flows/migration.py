@@ -39,13 +39,15 @@ from prefect.artifacts import (
 )
 from prefect.cache_policies import NO_CACHE
 
-from fleet_policy import NODE_MONITOR_TYPE, MigrationPlan, MigrationRow, plan_hostdatadir_migration
+from contracts.views import AgentView
+from contracts.vocabulary import AgentType, ReleaseOutcome
+from fleet_policy import MigrationPlan, MigrationRow, plan_hostdatadir_migration
 from flows.console_client import ConsoleApiError, ConsoleClient
 from flows.helm import HelmCli, HelmRelease, HelmUpgrader, RenderApply, UpgradeResult
 from flows.hostdatadir.errors import MigrationFailedError, check_apply
 from flows.hostdatadir.manifests import ClusterFacts, cluster_facts
 from flows.hostdatadir.progress import NodeProgress, Verdict, release_refused
-from flows.hostdatadir.records import HOST_TYPE, by_name, migration_nodes
+from flows.hostdatadir.records import by_name, migration_nodes
 from flows.hostdatadir.reports import plan_description, report
 from flows.hostdatadir.verification import failed_checks, verify_migration
 from flows.kube import KubeTarget, api_client
@@ -88,13 +90,20 @@ def read_cluster(
 
 
 @task(name="read-console-records", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
-def read_records() -> list[dict[str, Any]]:
+def read_records() -> list[AgentView]:
     """The host and node-monitor records of the token's environment."""
     with ConsoleClient(FlowSettings()) as console:
         return [
-            *console.agents(agent_type=HOST_TYPE),
-            *console.agents(agent_type=NODE_MONITOR_TYPE),
+            *console.agents(agent_type=AgentType.HOST),
+            *console.agents(agent_type=AgentType.K8S_NODE_MONITOR),
         ]
+
+
+@task(name="read-quiet-window", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+def read_quiet_window() -> float:
+    """The Console's quiet window (``PROXIMA_IDENTITY_QUIET_SECONDS``), read, never copied."""
+    with ConsoleClient(FlowSettings()) as console:
+        return console.settings().quiet_window_seconds
 
 
 @task(name="helm-upgrade", cache_policy=NO_CACHE)
@@ -126,7 +135,7 @@ def helm_upgrade(
 @task(name="wait-for-nodes", cache_policy=NO_CACHE)
 def wait_for_nodes(
     rows: list[MigrationRow],
-    before: dict[str, dict[str, Any]],
+    before: dict[str, AgentView],
     window: float,
     timeout_seconds: float,
     poll_seconds: float,
@@ -164,7 +173,8 @@ def wait_for_nodes(
 
 def _poll_nodes(console: ConsoleClient, progress: NodeProgress, log: RunLogger) -> bool:
     """One pass over the nodes still waiting; whether any node is new or changed state."""
-    records = by_name(console.agents(agent_type=NODE_MONITOR_TYPE), NODE_MONITOR_TYPE)
+    monitor = AgentType.K8S_NODE_MONITOR
+    records = by_name(console.agents(agent_type=monitor), monitor)
     changed = False
     for node in progress.pending():
         verdict = progress.judge(node, records.get(node))
@@ -181,9 +191,11 @@ def _release(
 ) -> Verdict:
     assert verdict.release is not None
     try:
-        console.release_identity(verdict.release)
+        answer = console.release_identity(verdict.release)
     except ConsoleApiError as exc:
         return release_refused(verdict, exc.reason, exc.message)
+    if answer.outcome is ReleaseOutcome.REFUSED:
+        return release_refused(verdict, answer.reason or "refused", answer.message)
     return progress.mark_released(node, verdict)
 
 
@@ -203,7 +215,7 @@ def hostdatadir_migration(
     values_files: list[str] | None = None,
     kubeconfig: str | None = None,
     kube_context: str | None = None,
-    quiet_window_seconds: float = 300,
+    quiet_window_seconds: float | None = None,
     timeout_seconds: float = 900,
     poll_seconds: float = 5,
 ) -> dict[str, Any]:
@@ -212,18 +224,18 @@ def hostdatadir_migration(
     ``helm_mode``: ``helm`` runs ``helm upgrade --install … --reuse-values --set
     nodeAgent.hostDataDir=…``; ``render-apply`` renders it with ``helm template`` from
     ``values_files`` (the release's values) and writes the DaemonSet through the Kubernetes API.
-    ``quiet_window_seconds`` is the Console's PROXIMA_IDENTITY_QUIET_SECONDS (a shorter one only
-    makes releases retry). ``timeout_seconds``: give up on the nodes still waiting once no node
-    has finished for this long."""
+    ``quiet_window_seconds``: by default the Console's own (``GET /api/v1/settings``, its
+    PROXIMA_IDENTITY_QUIET_SECONDS); a shorter one only makes releases retry, since the Console
+    decides every release itself. ``timeout_seconds``: give up on the nodes still waiting once
+    no node has finished for this long."""
     new_dir = posixpath.normpath(new_host_data_dir)
     if not new_dir.startswith("/"):
         raise ValueError(f"new_host_data_dir must be an absolute path, got {new_host_data_dir!r}")
     target = KubeTarget(kubeconfig=kubeconfig, context=kube_context)
     cluster = read_cluster(target, namespace, release, daemonset)
     before = read_records()
-    plan = plan_hostdatadir_migration(
-        migration_nodes(cluster, before), quiet_window_seconds=quiet_window_seconds
-    )
+    window = read_quiet_window() if quiet_window_seconds is None else quiet_window_seconds
+    plan = plan_hostdatadir_migration(migration_nodes(cluster, before), quiet_window_seconds=window)
     result = _publish_plan(cluster, new_dir, plan, dry_run)
     if dry_run:
         return result
@@ -244,8 +256,8 @@ def hostdatadir_migration(
         result["upgrade"] = {"mode": upgrade.mode, "applied": list(upgrade.applied)}
     outcomes = wait_for_nodes(
         list(plan.rows),
-        by_name(before, NODE_MONITOR_TYPE),
-        quiet_window_seconds,
+        by_name(before, AgentType.K8S_NODE_MONITOR),
+        window,
         timeout_seconds,
         poll_seconds,
         moving,

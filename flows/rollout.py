@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Literal
 from uuid import UUID
 
 from prefect import flow, get_run_logger, task
@@ -34,25 +33,28 @@ from prefect.context import get_run_context
 from prefect.flow_runs import pause_flow_run
 from prefect.input import RunInput
 
-from contracts.rollouts import RolloutPublic
-from contracts.vocabulary import TargetStatus
+from contracts.rollouts import Decision, RolloutPublic
+from contracts.vocabulary import RolloutState, TargetStatus
 from flows.console_client import ConsoleApiError, ConsoleClient
 from flows.settings import FlowSettings
 
 FINAL = {s.value for s in TargetStatus if s.final}
+ENDED = frozenset({RolloutState.ABORTED, RolloutState.SUCCEEDED, RolloutState.FAILED})
+HALTED = frozenset({RolloutState.STALLED, RolloutState.PAUSED})
+"""Waiting for a human: resume or abort."""
 
 
 class StallDecision(RunInput):
     """What the operator decides when a rollout stalls or is paused."""
 
-    decision: Literal["resume", "abort"] = "resume"
+    decision: Decision = Decision.RESUME
     note: str = ""
 
 
 @dataclass(frozen=True)
 class WaveOutcome:
     wave: int
-    state: str
+    state: RolloutState
     done: bool
     counts: dict[str, int]
 
@@ -96,7 +98,7 @@ def run_wave(
             if progress_id and progress != last:
                 update_progress_artifact(progress_id, progress, description=_describe(r))
                 last = progress
-            if w.done or r.state != "running":
+            if w.done or r.state is not RolloutState.RUNNING:
                 break
             time.sleep(poll_seconds)
         rows = [
@@ -147,18 +149,18 @@ def fleet_rollout(
         progress_id = created
         wave = 0
         while wave < len(r.waves):
-            if r.state in ("aborted", "succeeded", "failed"):
+            if r.state in ENDED:
                 break
-            if r.state == "running" and r.waves[wave].done:
+            if r.state is RolloutState.RUNNING and r.waves[wave].done:
                 wave += 1  # finished before a restart: nothing to send or wait for
                 continue
             outcome = run_wave(rollout_id, wave, progress_id, poll_seconds)
-            if outcome.state == "running" and outcome.done:
+            if outcome.state is RolloutState.RUNNING and outcome.done:
                 wave += 1
                 r = console.rollout(rollout_id, targets=False)
                 continue
             r = console.rollout(rollout_id, targets=False)
-            if r.state in ("stalled", "paused"):
+            if r.state in HALTED:
                 log.warning(
                     "rollout %s is %s: %s; waiting for a decision (resume or abort)",
                     rollout_id,
@@ -171,21 +173,21 @@ def fleet_rollout(
                     poll_interval=decision_poll_seconds,
                 )
                 r = console.rollout(rollout_id, targets=False)
-                if decision is not None and decision.decision == "abort":
-                    if r.state != "aborted":
+                if decision is not None and decision.decision is Decision.ABORT:
+                    if r.state is not RolloutState.ABORTED:
                         r = console.decide(
                             rollout_id, "abort", decision.note or "aborted in Prefect"
                         )
                     break
-                if r.state in ("stalled", "paused"):
+                if r.state in HALTED:
                     r = console.decide(rollout_id, "resume")
                 log.info("rollout %s resumed", rollout_id)
         r = console.rollout(rollout_id, targets=False)
-        if r.state == "running":
+        if r.state is RolloutState.RUNNING:
             try:
                 r = console.decide(rollout_id, "complete")
             except ConsoleApiError as exc:
                 log.error("could not complete rollout: %s", exc)
         update_progress_artifact(progress_id, _progress(r), description=_describe(r))
         log.info("rollout %s ended %s", rollout_id, r.state)
-        return {"rollout_id": rollout_id, "state": r.state, "counts": r.counts}
+        return {"rollout_id": rollout_id, "state": r.state.value, "counts": r.counts}

@@ -16,6 +16,7 @@ __all__ = [
     "data_host_path",
     "readable_host_identity",
     "runs_on",
+    "shared_data_dir",
 ]
 
 DEFAULT_DATA_DIR = "/var/lib/proxima-agent"
@@ -54,6 +55,18 @@ def cluster_facts(ds: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> 
         nodes=tuple(n for n in names if n in running),
         skipped=tuple(n for n in names if n not in running),
     )
+
+
+def shared_data_dir(
+    data_path: str | None, host_agent_nodes: Iterable[str]
+) -> tuple[str, ...] | None:
+    """The seed's hostPath check, the one rule the migration's verification and the audit
+    share: ``None`` when a DaemonSet's data hostPath is not the host agent's directory;
+    otherwise the nodes (of ``host_agent_nodes``, sorted) where a host agent runs alongside it —
+    two agents on one ``state.json``."""
+    if data_path is None or posixpath.normpath(data_path) != DEFAULT_DATA_DIR:
+        return None
+    return tuple(sorted(set(host_agent_nodes)))
 
 
 def _pod_spec(ds: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -8,11 +8,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Final
 
-from fleet_policy import NODE_MONITOR_TYPE, AgentId, MigrationRow, NodeClass
+from contracts.views import AgentView
+from contracts.vocabulary import AgentFlag, AgentStatus, AgentType, ErrorReason
+from fleet_policy import AgentId, MigrationRow, NodeClass
+from fleet_policy.identities import REBIND_REFUSALS, is_quiet
+from flows.reasons import parse_reason
 
 __all__ = [
+    "RELEASE_CURES",
     "NodeProgress",
     "NodeState",
     "Verdict",
@@ -44,13 +49,30 @@ class Verdict:
     record: str | None = None
 
 
-_REBIND_REFUSED = {"no_identity_evidence", "identity_mismatch"}
+RELEASE_CURES: Final = frozenset(REBIND_REFUSALS) - {
+    ErrorReason.AGENT_REVOKED,
+    ErrorReason.NAME_IN_USE,
+}
+"""The re-bind refusals only a release cures (the Console re-binds a released record): never
+``agent_revoked`` (revoked is never re-bound), and ``name_in_use`` cures itself once the
+record is quiet."""
+
+
+def _new_conflict(before: AgentView | None, record: AgentView) -> ErrorReason | str | None:
+    """The reason of an enrollment clash on ``record`` since ``before`` (None: no new one)."""
+    conflict = record.conflict
+    count_before = before.conflict.count if before and before.conflict else 0
+    if AgentFlag.ENROLLMENT_CONFLICT not in record.flags or conflict is None:
+        return None
+    if conflict.count <= count_before:
+        return None
+    return parse_reason(conflict.reason) if conflict.reason else "unknown"
 
 
 def judge(
     row: MigrationRow,
-    before: Mapping[str, Any] | None,
-    record: Mapping[str, Any] | None,
+    before: AgentView | None,
+    record: AgentView | None,
     *,
     window: float,
     released: bool,
@@ -60,19 +82,20 @@ def judge(
 
     Done when the record holding the node's name is online with a new instance (the pod on the
     new directory) and, where the node had a record, it is that record. A node that needs
-    release — by plan, or because its re-bind was refused (``no_identity_evidence``,
-    ``identity_mismatch``) — is released once the record has been quiet past ``window``."""
+    release — by plan, or because its re-bind was refused for a reason only a release cures
+    (:data:`RELEASE_CURES`) — is released once the record is quiet past ``window`` (the
+    Console's quiet window; the Console decides the release itself)."""
     if record is None:
-        return Verdict(NodeState.WAITING, f"no {NODE_MONITOR_TYPE} record yet")
-    rid = str(record["id"])
+        return Verdict(NodeState.WAITING, f"no {AgentType.K8S_NODE_MONITOR} record yet")
+    rid = record.id
     if row.agent_id and rid != row.agent_id:
         return Verdict(
             NodeState.FAILED, f"the name is held by {rid}, not by {row.agent_id}", record=rid
         )
-    status = record.get("status")
-    instance = record.get("instance_id")
-    fresh = not require_new_instance or instance != (before or {}).get("instance_id")
-    if status == "online" and instance and fresh:
+    status = record.status
+    instance = record.instance_id
+    fresh = not require_new_instance or instance != (before.instance_id if before else None)
+    if status is AgentStatus.ONLINE and instance and fresh:
         if row.agent_id is None:
             how = f"enrolled as {rid}"
         elif released:
@@ -80,25 +103,18 @@ def judge(
         else:
             how = f"re-bound to {rid}"
         return Verdict(NodeState.DONE, how, record=rid)
-    if status == "revoked":
+    if status is AgentStatus.REVOKED:
         return Verdict(NodeState.FAILED, f"{rid} was revoked during the move", record=rid)
-    conflict = record.get("conflict") or {}
-    count_before = ((before or {}).get("conflict") or {}).get("count") or 0
-    reason = None
-    if "enrollment_conflict" in (record.get("flags") or ()) and (conflict.get("count") or 0) > (
-        count_before
-    ):
-        reason = str(conflict.get("reason"))
+    reason = _new_conflict(before, record)
     must_release = row.node_class is NodeClass.NEEDS_RELEASE or (
-        row.node_class is NodeClass.REBIND_POSSIBLE and reason in _REBIND_REFUSED
+        row.node_class is NodeClass.REBIND_POSSIBLE and reason in RELEASE_CURES
     )
-    if status == "released" or released:
+    if status is AgentStatus.RELEASED or released:
         return Verdict(
             NodeState.RELEASED, f"{rid} released; waiting for the pod to re-bind", record=rid
         )
     if must_release:
-        since = record.get("seconds_since_seen")
-        if since is None or since > window:
+        if is_quiet(record.seconds_since_seen, window):
             return Verdict(
                 NodeState.WAITING_QUIET,
                 f"{rid} quiet past the {window:g} s window: releasing",
@@ -112,21 +128,18 @@ def judge(
             record=rid,
         )
     if reason:
-        then = "re-binds once it is quiet" if reason == "name_in_use" else "waiting"
-        return Verdict(
-            NodeState.CONFLICT,
-            f"409 {reason}: {then}",
-            record=rid,
-        )
+        then = "re-binds once it is quiet" if reason == ErrorReason.NAME_IN_USE else "waiting"
+        return Verdict(NodeState.CONFLICT, f"409 {reason}: {then}", record=rid)
     return Verdict(
         NodeState.WAITING, f"waiting for the pod on the new directory ({rid} {status})", record=rid
     )
 
 
-def release_refused(verdict: Verdict, reason: str, message: str) -> Verdict:
+def release_refused(verdict: Verdict, reason: ErrorReason | str, message: str) -> Verdict:
     """The Console refused to release ``verdict.release``: a record seen within the window is
     tried again on the next poll; any other refusal fails the node."""
-    state = NodeState.WAITING_QUIET if reason == "agent_recently_seen" else NodeState.FAILED
+    retry = reason == ErrorReason.AGENT_RECENTLY_SEEN
+    state = NodeState.WAITING_QUIET if retry else NodeState.FAILED
     return Verdict(state, f"release: {reason}: {message}", record=verdict.record)
 
 
@@ -139,7 +152,7 @@ class NodeProgress:
 
     rows: Mapping[str, MigrationRow]
     """The plan's rows by node name, in the plan's order."""
-    before: Mapping[str, Mapping[str, Any]]
+    before: Mapping[str, AgentView]
     """The node-monitor records by node name before the move."""
     window: float
     require_new_instance: bool
@@ -155,7 +168,7 @@ class NodeProgress:
         """The nodes not yet done, failed or timed out, in the plan's order."""
         return [n for n in self.rows if n not in self.states or not self.states[n].state.final]
 
-    def judge(self, node: str, record: Mapping[str, Any] | None) -> Verdict:
+    def judge(self, node: str, record: AgentView | None) -> Verdict:
         return judge(
             self.rows[node],
             self.before.get(node),

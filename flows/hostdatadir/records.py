@@ -1,46 +1,44 @@
-"""The Console's agent records (``GET /api/v1/fleet/agents`` items, as dicts for now) turned
-into the plan's input: one :class:`~fleet_policy.MigrationNode` per node."""
+"""The Console's agent records (``GET /api/v1/fleet/agents`` items, as
+:class:`~contracts.views.AgentView`) turned into the plan's input: one
+:class:`~fleet_policy.MigrationNode` per node."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
+from contracts.views import AgentView
+from contracts.vocabulary import AgentFlag, AgentStatus, AgentType
 from fleet_policy import AgentId, AgentRecord, MigrationNode, NodeName
 from flows.hostdatadir.manifests import ClusterFacts
 
-__all__ = ["HOST_TYPE", "by_name", "migration_nodes"]
-
-HOST_TYPE = "host"
+__all__ = ["by_name", "migration_nodes"]
 
 
-def _record(agent: Mapping[str, Any]) -> AgentRecord:
-    flags = set(agent.get("flags") or ())
+def _record(agent: AgentView) -> AgentRecord:
     return AgentRecord(
-        agent_id=AgentId(str(agent["id"])),
-        agent_type=str(agent["agent_type"]),
-        last_seen_age_seconds=agent.get("seconds_since_seen"),
-        has_identity_evidence="no_identity_evidence" not in flags,
-        revoked=agent.get("status") == "revoked",
-        shared_identity="shared_identity" in flags,
+        agent_id=AgentId(agent.id),
+        agent_type=agent.agent_type.value,
+        last_seen_age_seconds=agent.seconds_since_seen,
+        has_identity_evidence=AgentFlag.NO_IDENTITY_EVIDENCE not in agent.flags,
+        revoked=agent.status is AgentStatus.REVOKED,
+        shared_identity=AgentFlag.SHARED_IDENTITY in agent.flags,
+        released=agent.status is AgentStatus.RELEASED,
     )
 
 
-def by_name(agents: Iterable[Mapping[str, Any]], agent_type: str) -> dict[str, dict[str, Any]]:
+def by_name(agents: Iterable[AgentView], agent_type: AgentType) -> dict[str, AgentView]:
     """The records of ``agent_type``, keyed by agent name (the node's name)."""
-    return {str(a["name"]): dict(a) for a in agents if a.get("agent_type") == agent_type}
+    return {a.name: a for a in agents if a.agent_type is agent_type}
 
 
-def migration_nodes(
-    cluster: ClusterFacts, agents: Sequence[Mapping[str, Any]]
-) -> list[MigrationNode]:
+def migration_nodes(cluster: ClusterFacts, agents: Sequence[AgentView]) -> list[MigrationNode]:
     """One :class:`MigrationNode` per node the DaemonSet runs on. A host agent runs there when
     the Console holds an online ``host`` record under the node's name."""
     nodes = []
     for name in cluster.nodes:
-        records = tuple(_record(a) for a in agents if a.get("name") == name)
+        records = tuple(_record(a) for a in agents if a.name == name)
         host_running = any(
-            a.get("name") == name and a.get("agent_type") == HOST_TYPE and a["status"] == "online"
+            a.name == name and a.agent_type is AgentType.HOST and a.status is AgentStatus.ONLINE
             for a in agents
         )
         nodes.append(

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from contracts.vocabulary import ErrorReason
 from fleet_policy import (
     AgentId,
     MigrationPlan,
@@ -22,6 +23,7 @@ from flows.hostdatadir.manifests import DEFAULT_DATA_DIR, ClusterFacts, cluster_
 from flows.hostdatadir.progress import NodeProgress, NodeState, Verdict, release_refused
 from flows.hostdatadir.records import migration_nodes
 from flows.hostdatadir.verification import failed_checks, verify_migration
+from testkit.views import agent_view
 
 NEW_DIR = "/var/lib/proxima-node-agent"
 
@@ -37,20 +39,6 @@ def _row(node: str, node_class: NodeClass, agent_id: str | None) -> MigrationRow
         action="",
         releasable=True,
     )
-
-
-def _agent(agent_id: str, name: str, agent_type: str, **fields: Any) -> dict[str, Any]:
-    return {
-        "id": agent_id,
-        "name": name,
-        "agent_type": agent_type,
-        "status": "online",
-        "instance_id": f"i-{agent_id}",
-        "seconds_since_seen": 0.5,
-        "flags": [],
-        "conflict": None,
-        **fields,
-    }
 
 
 def _daemonset(data_path: str) -> dict[str, Any]:
@@ -88,9 +76,9 @@ def test_cluster_facts_leave_out_the_nodes_the_daemonset_does_not_run_on():
 def test_a_node_with_an_online_host_record_has_a_host_agent():
     cluster = ClusterFacts("ns/ds", DEFAULT_DATA_DIR, ("machine-id",), ("n1", "n2"))
     agents = [
-        _agent("h1", "n1", "host"),
-        _agent("m2", "n2", "k8s-node-monitor"),
-        _agent("h2", "n2", "host", status="offline"),
+        agent_view("h1", "n1", "host"),
+        agent_view("m2", "n2", "k8s-node-monitor"),
+        agent_view("h2", "n2", "host", status="offline"),
     ]
     nodes = migration_nodes(cluster, agents)
     assert [(n.name, n.host_agent_running, len(n.records)) for n in nodes] == [
@@ -132,8 +120,11 @@ def test_a_release_is_remembered_and_a_refused_one_retries_only_when_recently_se
     asked = Verdict(NodeState.WAITING_QUIET, "x", release=AgentId("ag-1"), record="ag-1")
     done = progress.mark_released("n1", asked)
     assert (done.state, "n1" in progress.released) == (NodeState.RELEASED, True)
-    assert release_refused(asked, "agent_recently_seen", "m").state is NodeState.WAITING_QUIET
-    assert release_refused(asked, "agent_revoked", "m").state is NodeState.FAILED
+    assert (
+        release_refused(asked, ErrorReason.AGENT_RECENTLY_SEEN, "m").state
+        is NodeState.WAITING_QUIET
+    )
+    assert release_refused(asked, ErrorReason.AGENT_REVOKED, "m").state is NodeState.FAILED
 
 
 def test_verification_passes_when_every_node_kept_its_record_and_hosts_their_own():
@@ -142,11 +133,11 @@ def test_verification_passes_when_every_node_kept_its_record_and_hosts_their_own
         _row("n2", NodeClass.HOST_AGENT_PRESENT, None),
     )
     plan = MigrationPlan(rows=rows, quiet_window_seconds=2)
-    before = [_agent("h2", "n2", "host")]
+    before = [agent_view("h2", "n2", "host")]
     after = [
-        _agent("ag-1", "n1", "k8s-node-monitor"),
-        _agent("m2", "n2", "k8s-node-monitor"),
-        _agent("h2", "n2", "host"),
+        agent_view("ag-1", "n1", "k8s-node-monitor"),
+        agent_view("m2", "n2", "k8s-node-monitor"),
+        agent_view("h2", "n2", "host"),
     ]
     checks = verify_migration(plan, before, after, NEW_DIR, NEW_DIR, "ns/ds")
     assert checks and not failed_checks(checks)
@@ -161,7 +152,7 @@ def test_verification_passes_when_every_node_kept_its_record_and_hosts_their_own
 
 def test_an_apply_that_moves_refuses_a_blocked_plan():
     cluster = ClusterFacts("ns/ds", DEFAULT_DATA_DIR, ("machine-id",), ("n1",))
-    revoked = _agent("ag-1", "n1", "k8s-node-monitor", status="revoked")
+    revoked = agent_view("ag-1", "n1", "k8s-node-monitor", status="revoked")
     plan = plan_hostdatadir_migration(migration_nodes(cluster, [revoked]), quiet_window_seconds=2)
     assert plan.blocked
     with pytest.raises(MigrationBlockedError):

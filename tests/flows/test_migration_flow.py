@@ -33,6 +33,7 @@ from testkit.migration import (
     helm_template,
     rendered_daemonset,
 )
+from testkit.views import agent_view, conflict_view
 from testkit.waiting import wait_for
 
 QUIET = 2.0
@@ -153,7 +154,6 @@ async def test_a_5_node_cluster_mixing_all_three_classes_moves_with_every_node_o
             "helm_binary": helm,
             "values_files": [str(values)],
             "kubeconfig": kubeconfig,
-            "quiet_window_seconds": QUIET,
             "timeout_seconds": 60,
             "poll_seconds": 0.2,
         }
@@ -287,18 +287,18 @@ def _row(node_class: NodeClass, agent_id: str | None = "ag-1") -> MigrationRow:
 
 
 def _view(status: str, instance: str, *, since: float = 0.5, conflict: tuple | None = None):
-    view: dict[str, Any] = {
-        "id": "ag-1",
-        "status": status,
-        "instance_id": instance,
-        "seconds_since_seen": since,
-        "flags": [],
-        "conflict": None,
-    }
+    clash: dict[str, Any] = {}
     if conflict:
-        view["flags"] = ["enrollment_conflict"]
-        view["conflict"] = {"reason": conflict[0], "count": conflict[1]}
-    return view
+        clash = {"flags": ["enrollment_conflict"], "conflict": conflict_view(*conflict)}
+    return agent_view(
+        "ag-1",
+        "worker-1",
+        NODE_MONITOR,
+        status=status,
+        instance_id=instance,
+        seconds_since_seen=since,
+        **clash,
+    )
 
 
 def test_a_refused_rebind_is_released_once_quiet_and_a_live_record_is_never_released():
@@ -371,7 +371,6 @@ async def test_an_apply_with_a_revoked_record_on_a_node_changes_nothing(
             "helm_binary": helm,
             "values_files": [str(values)],
             "kubeconfig": str(kube.write_kubeconfig(tmp_path / "kubeconfig")),
-            "quiet_window_seconds": QUIET,
         }
         with pytest.raises(MigrationBlockedError) as blocked:
             await asyncio.to_thread(hostdatadir_migration, **kwargs)

@@ -10,7 +10,8 @@ import nats
 import pytest
 
 from contracts import subjects
-from contracts.inventory import InventorySnapshot, encode_chunks
+from contracts.inventory import InventoryProblem, InventorySnapshot, encode_chunks
+from contracts.vocabulary import InventoryProblemKind
 from flows.audit import fleet_audit
 from flows.identity_release import identity_release
 from testkit.console import Identity
@@ -127,7 +128,14 @@ async def _seed_failures(console, kube):
         collected_at=datetime.now(UTC),
         sync_interval_seconds=60.0,
         counts={"pods": 1},
-        errors=["forbidden to read argo rollouts"],
+        errors=["forbidden to read argo rollouts: the chart predates Argo Rollouts"],
+        problems=[
+            InventoryProblem(
+                kind=InventoryProblemKind.FORBIDDEN_ARGO_ROLLOUTS,
+                resource="rollouts",
+                message="forbidden to read argo rollouts: the chart predates Argo Rollouts",
+            )
+        ],
     )
     for chunk in encode_chunks(snap, uuid.uuid4().hex):
         await nc4.publish(subjects.inventory(cid), chunk)
@@ -217,8 +225,12 @@ def test_identity_release_dry_runs_then_releases_and_reports_refusals(audit_cons
     fresh = Identity(name="fresh-node")
     fresh_id = fresh.enroll(audit_console, token).json()["agent_id"]
     ids = [quiet_id, revoked_id, fresh_id]
-    dry = identity_release(agent_ids=ids, dry_run=True, quiet_seconds=3)
-    assert [r["outcome"] for r in dry["rows"]] == ["refused", "refused", "refused"]
+    dry = identity_release(agent_ids=ids, dry_run=True)  # the Console's dry run and window
+    assert [(r["outcome"], r["reason"]) for r in dry["rows"]] == [
+        ("refused", "agent_recently_seen"),
+        ("refused", "agent_revoked"),
+        ("refused", "agent_recently_seen"),
+    ]
     assert audit_console.agent(quiet_id)["status"] != "released"
     wait_for(lambda: audit_console.agent(quiet_id)["seconds_since_seen"] > 3.2, timeout=10)
     real = identity_release(agent_ids=[quiet_id, revoked_id], dry_run=False)
