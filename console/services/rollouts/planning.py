@@ -27,7 +27,7 @@ from contracts.rollouts import (
     RolloutCreate,
     RolloutPublic,
 )
-from contracts.vocabulary import CommandFailureKind
+from contracts.vocabulary import CommandFailureKind, RolloutState
 from fleet_policy import (
     AgentId,
     AgentSnapshot,
@@ -87,7 +87,7 @@ def _policies(body: RolloutCreate) -> tuple[Any, WavePolicy]:
     """The version range and wave policy the body asks for; a bad one is a 400."""
     try:
         version_range = parse_version_range(body.selector.version_range)
-        threshold_policy([c.model_dump() for c in body.criteria])
+        threshold_policy(body.criteria)
         growth: PercentGrowth | FactorGrowth = (
             FactorGrowth(body.waves.growth_factor)
             if body.waves.growth_factor is not None
@@ -225,6 +225,6 @@ def _set_flow_run(uow: UnitOfWork, rollout_id: str, flow_run_id: str) -> None:
 
 def _set_note(uow: UnitOfWork, rollout_id: str, note: str) -> None:
     rollout = load(uow.session, rollout_id)
-    if rollout.state == "pending":
+    if rollout.state == RolloutState.PENDING:
         rollout.state_reason = note
         uow.session.add(rollout)
