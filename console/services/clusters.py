@@ -27,6 +27,7 @@ from contracts import parse_duration
 from contracts.agent_types import AgentType
 from contracts.inventory import InventoryProblem, InventorySnapshot
 from contracts.slugs import is_dns_label, slugify
+from contracts.vocabulary import ErrorReason
 from fleet_policy.identities import is_online
 
 
@@ -36,11 +37,12 @@ def register(
     slug = body.slug if body.slug else slugify(body.name)
     if not slug:
         raise BadRequestError(
-            "no_slug", f"cluster name {body.name!r} has no letter or digit to derive a slug from"
+            ErrorReason.NO_SLUG,
+            f"cluster name {body.name!r} has no letter or digit to derive a slug from",
         )
     if not is_dns_label(slug):
         raise BadRequestError(
-            "bad_slug",
+            ErrorReason.BAD_SLUG,
             f"cluster slug {slug!r} is not a DNS label: use at most 63 lowercase letters, digits "
             "and '-', starting and ending with a letter or digit",
         )
@@ -53,7 +55,7 @@ def register(
             existing.name = body.name
             session.add(existing)
             return existing
-        raise ConflictError("cluster_exists", f"cluster {slug!r} is already registered")
+        raise ConflictError(ErrorReason.CLUSTER_EXISTS, f"cluster {slug!r} is already registered")
     cluster = Cluster(client_id=client_id, environment_id=environment_id, slug=slug, name=body.name)
     session.add(cluster)
     return cluster
@@ -118,7 +120,7 @@ def load(session: Session, environment_id: str, slug: str) -> Cluster:
         select(Cluster).where(Cluster.environment_id == environment_id, Cluster.slug == slug)
     ).first()
     if cluster is None:
-        raise NotFoundError("cluster_not_found", f"cluster {slug!r} not found")
+        raise NotFoundError(ErrorReason.CLUSTER_NOT_FOUND, f"cluster {slug!r} not found")
     return cluster
 
 

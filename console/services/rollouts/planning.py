@@ -27,7 +27,7 @@ from contracts.rollouts import (
     RolloutCreate,
     RolloutPublic,
 )
-from contracts.vocabulary import CommandFailureKind, RolloutState
+from contracts.vocabulary import CommandFailureKind, ErrorReason, RolloutState
 from fleet_policy import (
     AgentId,
     AgentSnapshot,
@@ -99,7 +99,7 @@ def _policies(body: RolloutCreate) -> tuple[Any, WavePolicy]:
             max_wave_size=body.waves.max_wave_size,
         )
     except (RolloutPolicyError, ValueError) as exc:
-        raise BadRequestError("invalid_rollout", str(exc)) from exc
+        raise BadRequestError(ErrorReason.INVALID_ROLLOUT, str(exc)) from exc
     return version_range, wave_policy
 
 

@@ -15,7 +15,7 @@ from console.auth import Principal
 from console.errors import ConflictError, NotFoundError
 from console.models import Rollout, RolloutTarget
 from contracts.rollouts import CriterionSpec
-from contracts.vocabulary import TargetStatus
+from contracts.vocabulary import ErrorReason, TargetStatus
 from fleet_policy import (
     FailureCriterion,
     IllegalTransitionError,
@@ -66,7 +66,7 @@ def threshold_policy(criteria: Sequence[CriterionSpec | dict[str, Any]]) -> Thre
 def load(session: Session, rollout_id: str) -> Rollout:
     rollout = session.get(Rollout, rollout_id)
     if rollout is None:
-        raise NotFoundError("rollout_not_found", f"rollout {rollout_id} not found")
+        raise NotFoundError(ErrorReason.ROLLOUT_NOT_FOUND, f"rollout {rollout_id} not found")
     return rollout
 
 
@@ -83,7 +83,7 @@ def apply_event(rollout: Rollout, event: RolloutEvent, now: datetime) -> None:
         status = RolloutStatus(state=RolloutState(rollout.state)).apply(event)
     except IllegalTransitionError as exc:
         raise ConflictError(
-            "illegal_transition",
+            ErrorReason.ILLEGAL_TRANSITION,
             f"rollout {rollout.id} is {rollout.state}: cannot {event.kind}",
         ) from exc
     rollout.state = status.state.value

@@ -20,7 +20,7 @@ from console.web.forms import Form
 from console.web.routing import PageRoute
 from contracts.agent_types import AgentType
 from contracts.rollouts import ArtifactRef, RolloutCreate, RolloutPublic
-from contracts.vocabulary import FailureType, ThresholdAction
+from contracts.vocabulary import ErrorReason, FailureType, ThresholdAction
 from fleet_policy.defaults import (
     DEFAULT_CANARY_SIZE,
     DEFAULT_CRITERION,
@@ -303,7 +303,7 @@ async def decide(
     runtime: RuntimeDep,
 ) -> Response:
     if decision not in DECISIONS:
-        raise NotFoundError("no_such_decision", f"no rollout decision {decision!r}")
+        raise NotFoundError(ErrorReason.NO_SUCH_DECISION, f"no rollout decision {decision!r}")
     viewer.require(Scope.ROLLOUTS_WRITE)
     reason = form.get("reason") or None
     try:
