@@ -4,6 +4,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel, TypeAdapter
 from sqlalchemy import JSON, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
@@ -17,6 +18,18 @@ from contracts.vocabulary.rollouts import (
 
 def new_id() -> str:
     return uuid.uuid4().hex
+
+
+class PlannedWave(BaseModel):
+    """One wave of ``Rollout.waves`` as stored (its targets are ``RolloutTarget`` rows)."""
+
+    index: int
+    kind: str
+    size: int
+
+
+PLANNED_WAVES = TypeAdapter(list[PlannedWave])
+"""Reads and writes ``Rollout.waves``."""
 
 
 class Client(SQLModel, table=True):
@@ -199,7 +212,9 @@ class Rollout(SQLModel, table=True):
         default_factory=list, sa_column=Column(JSON, nullable=False)
     )
     waves: list[dict[str, Any]] = Field(
-        default_factory=list, sa_column=Column(JSON, nullable=False)
+        default_factory=list,
+        sa_column=Column(JSON, nullable=False),
+        description="PlannedWave items: read and written through PLANNED_WAVES",
     )
     exclusions: list[dict[str, Any]] = Field(
         default_factory=list, sa_column=Column(JSON, nullable=False)

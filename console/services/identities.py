@@ -23,7 +23,7 @@ from console.errors import (
     UnauthorizedError,
 )
 from console.models import Agent, CredentialRotation
-from console.schemas import AgentPublic, ReleaseAnswer, RotationResult, Scope
+from console.schemas import ReleaseAnswer, RotationResult, Scope
 from console.services.agent_records import (
     add_event,
     is_online,
@@ -36,6 +36,7 @@ from console.services.presenters import agent_public
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.enrollment import RotationAccepted, RotationProof, rotation_message
 from contracts.messages import CommandKind
+from contracts.views import AgentView
 from contracts.vocabulary import ErrorReason, ReleaseOutcome
 from fleet_policy import AgentId
 from fleet_policy.identities import HeldRecord, decide_release
@@ -227,7 +228,7 @@ async def release(
             outcome = ReleaseOutcome.WOULD_RELEASE
         record = agent_public(agent, stale_seconds=settings.agent_stale_seconds)
         answer = ReleaseAnswer(
-            **record.model_dump(),
+            **dict(record),
             agent_id=agent.id,
             outcome=outcome,
             message=_RELEASE_MESSAGE[outcome].format(id=agent.id),
@@ -249,10 +250,10 @@ _RELEASE_MESSAGE = {
 }
 
 
-async def revoke_agent(rt: ServiceRuntime, principal: Principal, agent_id: str) -> AgentPublic:
+async def revoke_agent(rt: ServiceRuntime, principal: Principal, agent_id: str) -> AgentView:
     """Revoke the identity: its live NATS connection is cut and it is never re-bound."""
 
-    def work(uow: UnitOfWork) -> AgentPublic:
+    def work(uow: UnitOfWork) -> AgentView:
         agent = load_agent(uow.session, agent_id, principal, Scope.AGENTS_WRITE)
         revoke(uow.session, agent=agent, actor=_actor(principal))
         uow.after_commit(rt.apply_identities)

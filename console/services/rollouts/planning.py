@@ -13,7 +13,7 @@ from sqlmodel import Session, select
 from console.auth import Principal
 from console.core.clock import utcnow
 from console.errors import BadRequestError
-from console.models import Agent, Rollout, RolloutTarget
+from console.models import PLANNED_WAVES, Agent, PlannedWave, Rollout, RolloutTarget
 from console.prefect_api import PrefectApi, PrefectApiError
 from console.schemas import Scope
 from console.services.agent_records import is_online
@@ -24,6 +24,7 @@ from console.services.rollouts.records import (
 )
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.rollouts import (
+    ExclusionPublic,
     RolloutCreate,
     RolloutPublic,
 )
@@ -143,16 +144,19 @@ def create_rollout(
         selector=body.selector.model_dump(mode="json"),
         wave_spec=body.waves.model_dump(),
         criteria=[c.model_dump(mode="json") for c in body.criteria],
-        waves=[
-            {"index": w.index, "kind": str(w.kind), "size": len(w.agent_ids)} for w in plan.waves
-        ],
+        waves=PLANNED_WAVES.dump_python(
+            [
+                PlannedWave(index=w.index, kind=str(w.kind), size=len(w.agent_ids))
+                for w in plan.waves
+            ]
+        ),
         exclusions=[
-            {
-                "agent_id": e.agent_id,
-                "agent_name": by_id[e.agent_id].name,
-                "reason": str(e.reason),
-                "detail": e.detail,
-            }
+            ExclusionPublic(
+                agent_id=e.agent_id,
+                agent_name=by_id[e.agent_id].name,
+                reason=str(e.reason),
+                detail=e.detail,
+            ).model_dump()
             for e in report.excluded
         ],
         wave_timeout_seconds=body.wave_timeout_seconds,
