@@ -28,6 +28,7 @@ from console.errors import ConsoleError
 from console.runtime import ConsoleRuntime
 from console.web import mount as mount_web
 from contracts import VERSION
+from contracts.vocabulary import ErrorReason
 
 
 class BodyLimit:
@@ -73,7 +74,10 @@ class _BodyTooLarge(Exception):
 
 def _too_large(limit: int) -> JSONResponse:
     return JSONResponse(
-        {"reason": "request_too_large", "message": f"request body is larger than {limit} bytes"},
+        {
+            "reason": ErrorReason.REQUEST_TOO_LARGE,
+            "message": f"request body is larger than {limit} bytes",
+        },
         status_code=413,
     )
 
@@ -118,7 +122,7 @@ def create_app(settings: ConsoleSettings, runtime: ConsoleRuntime | None = None)
         malformed = any(e.get("type") == "json_invalid" for e in errors)
         return JSONResponse(
             {
-                "reason": "malformed_json" if malformed else "invalid_request",
+                "reason": ErrorReason.MALFORMED_JSON if malformed else ErrorReason.INVALID_REQUEST,
                 "message": _validation_message(errors),
                 "errors": json.loads(json.dumps(errors, default=str)),
             },

@@ -15,6 +15,7 @@ from console.core.clock import utcnow
 from console.core.secrets import token_hash
 from console.errors import ForbiddenError, UnauthorizedError
 from console.models import ApiToken
+from contracts.vocabulary import ErrorReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,13 +28,15 @@ class Principal:
 
     def require(self, scope: str) -> None:
         if scope not in self.scopes:
-            raise ForbiddenError("missing_scope", f"this API token lacks the {str(scope)!r} scope")
+            raise ForbiddenError(
+                ErrorReason.MISSING_SCOPE, f"this API token lacks the {str(scope)!r} scope"
+            )
 
     def require_on(self, scope: str, *, client_id: str, environment_id: str) -> None:
         self.require(scope)
         if client_id != self.client_id or environment_id != self.environment_id:
             raise ForbiddenError(
-                "wrong_environment",
+                ErrorReason.WRONG_ENVIRONMENT,
                 f"this API token's {str(scope)!r} scope is bound to another client or environment",
             )
 
@@ -42,20 +45,24 @@ def authenticate(
     session: Session, authorization: str | None, now: datetime | None = None
 ) -> Principal:
     if not authorization:
-        raise UnauthorizedError("missing_token", "send an API token: Authorization: Bearer <token>")
+        raise UnauthorizedError(
+            ErrorReason.MISSING_TOKEN, "send an API token: Authorization: Bearer <token>"
+        )
     scheme, _, raw = authorization.partition(" ")
     if scheme.lower() != "bearer" or not raw.strip():
-        raise UnauthorizedError("malformed_authorization", "use Authorization: Bearer <token>")
+        raise UnauthorizedError(
+            ErrorReason.MALFORMED_AUTHORIZATION, "use Authorization: Bearer <token>"
+        )
     token = session.exec(
         select(ApiToken).where(ApiToken.token_hash == token_hash(raw.strip()))
     ).first()
     now = now or utcnow()
     if token is None:
-        raise UnauthorizedError("invalid_token", "API token is not valid")
+        raise UnauthorizedError(ErrorReason.INVALID_TOKEN, "API token is not valid")
     if token.revoked_at is not None:
-        raise UnauthorizedError("token_revoked", "API token has been revoked")
+        raise UnauthorizedError(ErrorReason.TOKEN_REVOKED, "API token has been revoked")
     if token.expires_at is not None and token.expires_at <= now:
-        raise UnauthorizedError("token_expired", "API token has expired")
+        raise UnauthorizedError(ErrorReason.TOKEN_EXPIRED, "API token has expired")
     return Principal(
         token_id=token.id,
         name=token.name,

@@ -1,5 +1,6 @@
 """Errors the Console answers with. Each carries the HTTP status, a stable ``reason`` for
-machines and a ``message`` for people; the app renders them as ``contracts.enrollment.ErrorBody``.
+machines (an :class:`~contracts.vocabulary.ErrorReason`, never a free string) and a ``message``
+for people; the app renders them as ``contracts.enrollment.ErrorBody``.
 
     ConsoleError
     ├── BadRequestError            400
@@ -13,13 +14,15 @@ machines and a ``message`` for people; the app renders them as ``contracts.enrol
 
 from typing import ClassVar
 
+from contracts.vocabulary import ErrorReason
+
 
 class ConsoleError(Exception):
     status: ClassVar[int] = 400
 
-    def __init__(self, reason: str, message: str, *, agent_id: str | None = None) -> None:
+    def __init__(self, reason: ErrorReason, message: str, *, agent_id: str | None = None) -> None:
         super().__init__(message)
-        self.reason = reason
+        self.reason = ErrorReason(reason)
         self.message = message
         self.agent_id = agent_id
 

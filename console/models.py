@@ -4,14 +4,32 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel, TypeAdapter
 from sqlalchemy import JSON, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from console.core.clock import utcnow
+from contracts.vocabulary.rollouts import (
+    DEFAULT_WAVE_TIMEOUT_SECONDS,
+    RolloutState,
+    TargetStatus,
+)
 
 
 def new_id() -> str:
     return uuid.uuid4().hex
+
+
+class PlannedWave(BaseModel):
+    """One wave of ``Rollout.waves`` as stored (its targets are ``RolloutTarget`` rows)."""
+
+    index: int
+    kind: str
+    size: int
+
+
+PLANNED_WAVES = TypeAdapter(list[PlannedWave])
+"""Reads and writes ``Rollout.waves``."""
 
 
 class Client(SQLModel, table=True):
@@ -194,14 +212,16 @@ class Rollout(SQLModel, table=True):
         default_factory=list, sa_column=Column(JSON, nullable=False)
     )
     waves: list[dict[str, Any]] = Field(
-        default_factory=list, sa_column=Column(JSON, nullable=False)
+        default_factory=list,
+        sa_column=Column(JSON, nullable=False),
+        description="PlannedWave items: read and written through PLANNED_WAVES",
     )
     exclusions: list[dict[str, Any]] = Field(
         default_factory=list, sa_column=Column(JSON, nullable=False)
     )
-    wave_timeout_seconds: float = 300.0
+    wave_timeout_seconds: float = DEFAULT_WAVE_TIMEOUT_SECONDS
     seed: str = Field(max_length=64)
-    state: str = Field(default="pending", max_length=16, index=True)
+    state: str = Field(default=RolloutState.PENDING.value, max_length=16, index=True)
     state_reason: str | None = Field(default=None, max_length=1024)
     threshold: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     baseline: dict[str, int] = Field(
@@ -230,7 +250,7 @@ class RolloutTarget(SQLModel, table=True):
     agent_id: str = Field(foreign_key="agent.id", index=True, max_length=32)
     agent_name: str = Field(max_length=253)
     wave: int
-    status: str = Field(default="pending", max_length=16)
+    status: str = Field(default=TargetStatus.PENDING.value, max_length=16)
     command_id: str | None = Field(default=None, max_length=32, unique=True)
     old_version: str | None = Field(default=None, max_length=64)
     new_version: str | None = Field(default=None, max_length=64)

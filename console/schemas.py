@@ -1,15 +1,22 @@
-"""The Console's own API shapes: what routes accept and return (the shapes other processes
-read live in ``contracts``). One home per shape: the web pages render these same models."""
+"""The Console's own API shapes: what routes accept, and the answers no other process reads.
+What other processes read has its one home in ``contracts.views`` (agents, clusters, onboarding,
+settings, release decisions) and ``contracts.rollouts``: routes answer with those classes, and a
+shape here only extends one (``OnboardingChecklist``, ``PublishedSettings``, ``ReleaseAnswer``).
+The web pages render these same models."""
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from contracts.inventory import InventoryProblem
-from contracts.views import OnboardingStatus, ReleaseDecision
-from contracts.vocabulary import AgentFlag, AgentStatus
+from contracts.views import (
+    AgentView,
+    ClusterWarningView,
+    ConsoleSettingsView,
+    OnboardingStatus,
+    ReleaseDecision,
+)
 
 
 class Scope(StrEnum):
@@ -26,16 +33,6 @@ class Scope(StrEnum):
 ALL_SCOPES = [s.value for s in Scope]
 
 ShortName = Annotated[str, StringConstraints(min_length=1, max_length=128)]
-
-
-T = TypeVar("T")
-
-
-class Page(BaseModel, Generic[T]):
-    items: list[T]
-    total: int
-    limit: int
-    offset: int
 
 
 class InstallTokenCreate(BaseModel):
@@ -91,53 +88,7 @@ class ApiTokenCreated(ApiTokenPublic):
     token: str
 
 
-class AgentPublic(BaseModel):
-    id: str
-    client_id: str
-    environment_id: str
-    agent_type: str
-    name: str
-    version: str | None
-    instance_id: str | None = Field(description="The process that heartbeat last")
-    cluster_slug: str | None = Field(default=None, description="Reported by Kubernetes agents")
-    status: AgentStatus
-    enrolled_at: datetime
-    last_seen_at: datetime | None
-    seconds_since_seen: float | None
-    can_self_update: bool
-    labels: dict[str, str]
-    flags: list[AgentFlag]
-    refused_connections: int = Field(
-        default=0, description="connections the server refused for this record's retired keys"
-    )
-    last_refused_at: datetime | None = None
-    conflict: dict[str, Any] | None = Field(
-        default=None, description="The latest enrollment clash on this record's name"
-    )
-    heartbeat_interval_seconds: float | None
-    metrics_interval_seconds: float | None
-    sync_interval_seconds: float | None
-    released_at: datetime | None
-    revoked_at: datetime | None
-    credentials_rotated_at: datetime | None
-
-
-class AgentEventPublic(BaseModel):
-    at: datetime
-    kind: str
-    message: str
-    detail: dict[str, Any]
-
-
-class AgentDetail(AgentPublic):
-    evidence: list[dict[str, Any]] = Field(
-        description="Identity signals the record carries (kinds and sources, never values)"
-    )
-    history: list[AgentEventPublic]
-    last_metrics: dict[str, Any] | None
-
-
-class ReleaseAnswer(AgentPublic, ReleaseDecision):
+class ReleaseAnswer(AgentView, ReleaseDecision):
     """``POST /api/v1/fleet/agents/{id}/release-identity[?dry_run=true]``: the record as it is
     (or, in a dry run, would be) once released, and the decision as
     ``contracts.views.ReleaseDecision`` reads it (``agent_id``, ``outcome``, ``message``,
@@ -157,17 +108,13 @@ class Whoami(BaseModel):
     scopes: list[str]
 
 
-class PublishedSettings(BaseModel):
-    """The Console's windows that other processes must agree with (flows read them here)."""
+class PublishedSettings(ConsoleSettingsView):
+    """``GET /api/v1/settings``: the windows the flows read
+    (``contracts.views.ConsoleSettingsView``) and the Console's other timings that agents and
+    flows must agree with."""
 
-    identity_quiet_seconds: float = Field(
-        description="A record seen within this window is never released or re-bound"
-    )
-    agent_stale_seconds: float = Field(description="Online: a heartbeat within this timeout")
-    rotation_timeout_seconds: float = Field(description="How long rotate-credentials waits")
     enroll_clock_skew_seconds: float = Field(description="Largest accepted signing-clock skew")
     k8s_sync_interval: str = Field(description="The inventory syncInterval the Console expects")
-    k8s_sync_interval_seconds: float
     rollout_sweep_seconds: float = Field(description="How often overdue targets are timed out")
 
 
@@ -184,49 +131,10 @@ class ClusterCreate(BaseModel):
     slug: str | None = None
 
 
-class ClusterWarning(BaseModel):
-    kind: str
-    message: str
-
-
-class ClusterAgentView(BaseModel):
-    id: str
-    name: str
-    status_seen_at: datetime | None
-    leader: bool | None
-    reported_slug: str | None
-    sync_interval_seconds: float | None
-    version: str | None
-
-
-class ClusterPublic(BaseModel):
-    id: str
-    slug: str
-    name: str
-    environment_id: str
-    registered: bool
-    created_at: datetime
-    first_inventory_at: datetime | None
-    last_inventory_at: datetime | None
-    kubernetes_version: str | None
-    sync_interval_seconds: float | None
-    backend_sync_interval_seconds: float
-    counts: dict[str, int]
-    truncated: dict[str, Any]
-    errors: list[str]
-    inventory_problems: list[InventoryProblem] = Field(
-        default_factory=list,
-        description="the last sync's unreadable kinds as facts (errors is the same, as text)",
-    )
-    agents: list[ClusterAgentView]
-    node_agents: int
-    warnings: list[ClusterWarning]
-
-
 class OnboardingChecklist(OnboardingStatus):
     """``GET /api/v1/clusters/{slug}/onboarding``: the onboarding status
     (``contracts.views.OnboardingStatus``) and the cluster's warnings, what the wizard shows."""
 
-    warnings: list[ClusterWarning] = Field(
+    warnings: list[ClusterWarningView] = Field(
         default_factory=list, description="The cluster's warnings (see GET /api/v1/clusters/{slug})"
     )

@@ -12,7 +12,7 @@ from console.core.secrets import evidence_hash
 from console.errors import NotFoundError
 from console.models import Agent, AgentEvent, AgentEvidence, NatsRevocation
 from contracts.enrollment import IdentitySignals
-from contracts.vocabulary import AgentStatus
+from contracts.vocabulary import AgentStatus, ErrorReason
 from fleet_policy import identities
 
 
@@ -20,7 +20,7 @@ def load_agent(session: Session, agent_id: str, principal: Principal, scope: str
     """The record, once the principal holds ``scope`` on its client and environment."""
     agent = session.get(Agent, agent_id)
     if agent is None:
-        raise NotFoundError("agent_not_found", f"agent {agent_id} not found")
+        raise NotFoundError(ErrorReason.AGENT_NOT_FOUND, f"agent {agent_id} not found")
     principal.require_on(scope, client_id=agent.client_id, environment_id=agent.environment_id)
     return agent
 

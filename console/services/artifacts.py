@@ -16,6 +16,7 @@ from console.models import Artifact
 from console.schemas import Scope
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.rollouts import ArtifactRef
+from contracts.vocabulary import ErrorReason
 
 
 def _ref(artifact: Artifact) -> ArtifactRef:
@@ -51,7 +52,7 @@ async def upload(
             fh.write(chunk)
     if size == 0:
         tmp.unlink()
-        raise BadRequestError("empty_artifact", "the upload body is empty")
+        raise BadRequestError(ErrorReason.EMPTY_ARTIFACT, "the upload body is empty")
     sha = digest.hexdigest()
     os.replace(tmp, store / sha)
 
@@ -91,8 +92,8 @@ async def hosted_file(rt: ServiceRuntime, artifact_id: str) -> tuple[Path, str]:
     """The stored file of a hosted build and its version (no token: agents verify builds)."""
     artifact = await rt.units.run(lambda uow: uow.session.get(Artifact, artifact_id))
     if artifact is None or not artifact.hosted:
-        raise NotFoundError("artifact_not_found", f"artifact {artifact_id} not found")
+        raise NotFoundError(ErrorReason.ARTIFACT_NOT_FOUND, f"artifact {artifact_id} not found")
     path = rt.settings.data_dir / "artifacts" / artifact.sha256
     if not path.exists():
-        raise NotFoundError("artifact_missing", f"artifact {artifact_id}'s file is gone")
+        raise NotFoundError(ErrorReason.ARTIFACT_MISSING, f"artifact {artifact_id}'s file is gone")
     return path, artifact.version

@@ -12,6 +12,7 @@ from console.models import AuditFinding, AuditRun
 from console.schemas import Scope
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.audit import AuditRunCreate, AuditRunPublic, Finding, Severity
+from contracts.vocabulary import ErrorReason
 
 
 def _public(session: Session, run: AuditRun, with_findings: bool) -> AuditRunPublic:
@@ -106,7 +107,7 @@ async def latest_run(rt: ServiceRuntime, principal: Principal) -> AuditRunPublic
     def work(uow: UnitOfWork) -> AuditRunPublic:
         run = uow.session.exec(_runs(principal)).first()
         if run is None:
-            raise NotFoundError("no_audit", "no audit has run in this environment yet")
+            raise NotFoundError(ErrorReason.NO_AUDIT, "no audit has run in this environment yet")
         return _public(uow.session, run, True)
 
     return await rt.units.run(work)
@@ -116,7 +117,7 @@ async def get_run(rt: ServiceRuntime, principal: Principal, run_id: str) -> Audi
     def work(uow: UnitOfWork) -> AuditRunPublic:
         run = uow.session.get(AuditRun, run_id)
         if run is None:
-            raise NotFoundError("audit_not_found", f"audit run {run_id} not found")
+            raise NotFoundError(ErrorReason.AUDIT_NOT_FOUND, f"audit run {run_id} not found")
         principal.require_on(
             Scope.AGENTS_READ, client_id=run.client_id, environment_id=run.environment_id
         )

@@ -21,12 +21,14 @@ from console.auth import Principal
 from console.core.clock import utcnow
 from console.errors import BadRequestError, ConflictError, NotFoundError
 from console.models import Agent, Cluster, ClusterInventory, InstallToken
-from console.schemas import ClusterAgentView, ClusterCreate, ClusterPublic, ClusterWarning, Scope
+from console.schemas import ClusterCreate, Scope
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts import parse_duration
 from contracts.agent_types import AgentType
 from contracts.inventory import InventoryProblem, InventorySnapshot
 from contracts.slugs import is_dns_label, slugify
+from contracts.views import ClusterAgentView, ClusterView, ClusterWarningView
+from contracts.vocabulary import ErrorReason
 from fleet_policy.identities import is_online
 
 
@@ -36,11 +38,12 @@ def register(
     slug = body.slug if body.slug else slugify(body.name)
     if not slug:
         raise BadRequestError(
-            "no_slug", f"cluster name {body.name!r} has no letter or digit to derive a slug from"
+            ErrorReason.NO_SLUG,
+            f"cluster name {body.name!r} has no letter or digit to derive a slug from",
         )
     if not is_dns_label(slug):
         raise BadRequestError(
-            "bad_slug",
+            ErrorReason.BAD_SLUG,
             f"cluster slug {slug!r} is not a DNS label: use at most 63 lowercase letters, digits "
             "and '-', starting and ending with a letter or digit",
         )
@@ -53,7 +56,7 @@ def register(
             existing.name = body.name
             session.add(existing)
             return existing
-        raise ConflictError("cluster_exists", f"cluster {slug!r} is already registered")
+        raise ConflictError(ErrorReason.CLUSTER_EXISTS, f"cluster {slug!r} is already registered")
     cluster = Cluster(client_id=client_id, environment_id=environment_id, slug=slug, name=body.name)
     session.add(cluster)
     return cluster
@@ -118,7 +121,7 @@ def load(session: Session, environment_id: str, slug: str) -> Cluster:
         select(Cluster).where(Cluster.environment_id == environment_id, Cluster.slug == slug)
     ).first()
     if cluster is None:
-        raise NotFoundError("cluster_not_found", f"cluster {slug!r} not found")
+        raise NotFoundError(ErrorReason.CLUSTER_NOT_FOUND, f"cluster {slug!r} not found")
     return cluster
 
 
@@ -155,16 +158,16 @@ def linked_agents(
 
 def _warnings(
     cluster: Cluster, collectors: list[Agent], token_ids: list[str], backend_sync_interval: str
-) -> list[ClusterWarning]:
+) -> list[ClusterWarningView]:
     backend_sync = parse_duration(backend_sync_interval)
-    warnings: list[ClusterWarning] = []
+    warnings: list[ClusterWarningView] = []
     for a in collectors:
         if (
             a.sync_interval_seconds is not None
             and abs(a.sync_interval_seconds - backend_sync) > 0.5
         ):
             warnings.append(
-                ClusterWarning(
+                ClusterWarningView(
                     kind="sync_interval_drift",
                     message=f"collector {a.name} syncs every {a.sync_interval_seconds:g} s but the "
                     f"backend's PROXIMA_K8S_SYNC_INTERVAL is {backend_sync_interval} "
@@ -173,7 +176,7 @@ def _warnings(
             )
         if a.cluster_slug and a.cluster_slug != cluster.slug and a.install_token_id in token_ids:
             warnings.append(
-                ClusterWarning(
+                ClusterWarningView(
                     kind="slug_mismatch",
                     message=f"collector {a.name} enrolled with this cluster's install token "
                     f"reports slug {a.cluster_slug!r}, not {cluster.slug!r}: "
@@ -182,7 +185,7 @@ def _warnings(
             )
     if not cluster.registered:
         warnings.append(
-            ClusterWarning(
+            ClusterWarningView(
                 kind="unregistered",
                 message=f"inventory arrived for slug {cluster.slug!r}, which onboarding never "
                 "recorded: check clusterAgent.clusterSlug",
@@ -190,22 +193,22 @@ def _warnings(
         )
     for kind, info in cluster.truncated.items():
         warnings.append(
-            ClusterWarning(
+            ClusterWarningView(
                 kind="inventory_truncated",
                 message=f"{kind}: {info.get('total')} in the cluster, {info.get('limit')} reported "
                 "(raise clusterAgent.podLimit to see all)",
             )
         )
     for err in cluster.errors:
-        warnings.append(ClusterWarning(kind="inventory_errors", message=err))
+        warnings.append(ClusterWarningView(kind="inventory_errors", message=err))
     return warnings
 
 
-def public(session: Session, cluster: Cluster, *, backend_sync_interval: str) -> ClusterPublic:
+def public(session: Session, cluster: Cluster, *, backend_sync_interval: str) -> ClusterView:
     token_ids = [t.id for t in linked_tokens(session, cluster)]
     collectors = linked_agents(session, cluster, token_ids, AgentType.K8S_CLUSTER_COLLECTOR)
     node_agents = len(linked_agents(session, cluster, token_ids, AgentType.K8S_NODE_MONITOR))
-    return ClusterPublic(
+    return ClusterView(
         id=cluster.id,
         slug=cluster.slug,
         name=cluster.name,
@@ -239,7 +242,7 @@ def public(session: Session, cluster: Cluster, *, backend_sync_interval: str) ->
 
 
 def collectors_seen_recently(
-    cluster: ClusterPublic, *, stale_seconds: float, now: datetime
+    cluster: ClusterView, *, stale_seconds: float, now: datetime
 ) -> dict[str, bool]:
     """Per collector of the cluster's view: seen within the stale timeout (the cluster page's
     online dot)."""
@@ -252,17 +255,17 @@ def collectors_seen_recently(
     }
 
 
-def _present(rt: ServiceRuntime, session: Session, cluster: Cluster) -> ClusterPublic:
+def _present(rt: ServiceRuntime, session: Session, cluster: Cluster) -> ClusterView:
     return public(session, cluster, backend_sync_interval=rt.settings.k8s_sync_interval)
 
 
 async def register_cluster(
     rt: ServiceRuntime, principal: Principal, body: ClusterCreate
-) -> ClusterPublic:
+) -> ClusterView:
     """Record a cluster (slug derived from the name like the chart does, unless given)."""
     principal.require(Scope.CLUSTERS_WRITE)
 
-    def work(uow: UnitOfWork) -> ClusterPublic:
+    def work(uow: UnitOfWork) -> ClusterView:
         cluster = register(
             uow.session,
             client_id=principal.client_id,
@@ -275,10 +278,10 @@ async def register_cluster(
     return await rt.units.run(work, write=True)
 
 
-async def list_clusters(rt: ServiceRuntime, principal: Principal) -> list[ClusterPublic]:
+async def list_clusters(rt: ServiceRuntime, principal: Principal) -> list[ClusterView]:
     principal.require(Scope.CLUSTERS_READ)
 
-    def work(uow: UnitOfWork) -> list[ClusterPublic]:
+    def work(uow: UnitOfWork) -> list[ClusterView]:
         rows = uow.session.exec(
             select(Cluster)
             .where(
@@ -292,7 +295,7 @@ async def list_clusters(rt: ServiceRuntime, principal: Principal) -> list[Cluste
     return await rt.units.run(work)
 
 
-async def get_cluster(rt: ServiceRuntime, principal: Principal, slug: str) -> ClusterPublic:
+async def get_cluster(rt: ServiceRuntime, principal: Principal, slug: str) -> ClusterView:
     principal.require(Scope.CLUSTERS_READ)
     return await rt.units.run(
         lambda uow: _present(rt, uow.session, load(uow.session, principal.environment_id, slug))

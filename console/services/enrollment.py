@@ -70,16 +70,17 @@ def _check_install_token(session: Session, raw: str, now: datetime) -> InstallTo
         select(InstallToken).where(InstallToken.token_hash == token_hash(raw))
     ).first()
     if token is None:
-        raise UnauthorizedError("invalid_install_token", "install token is not valid")
+        raise UnauthorizedError(ErrorReason.INVALID_INSTALL_TOKEN, "install token is not valid")
     if token.revoked_at is not None:
-        raise UnauthorizedError("install_token_revoked", "install token has been revoked")
+        raise UnauthorizedError(ErrorReason.INSTALL_TOKEN_REVOKED, "install token has been revoked")
     if token.expires_at is not None and token.expires_at <= now:
         raise UnauthorizedError(
-            "install_token_expired", f"install token expired at {token.expires_at.isoformat()}"
+            ErrorReason.INSTALL_TOKEN_EXPIRED,
+            f"install token expired at {token.expires_at.isoformat()}",
         )
     if token.max_uses is not None and token.uses >= token.max_uses:
         raise UnauthorizedError(
-            "install_token_exhausted",
+            ErrorReason.INSTALL_TOKEN_EXHAUSTED,
             f"install token has been used {token.uses} times of {token.max_uses}",
         )
     return token
@@ -89,7 +90,7 @@ def _check_signature(req: EnrollRequest, now: datetime, skew_seconds: float) -> 
     signed_at = req.signed_at if req.signed_at.tzinfo else req.signed_at.replace(tzinfo=now.tzinfo)
     if abs((now - signed_at).total_seconds()) > skew_seconds:
         raise BadRequestError(
-            "stale_signature",
+            ErrorReason.STALE_SIGNATURE,
             f"enrollment was signed at {signed_at.isoformat()}, more than {skew_seconds:g} s "
             "from the Console's clock: check the agent's clock",
         )
@@ -103,7 +104,8 @@ def _check_signature(req: EnrollRequest, now: datetime, skew_seconds: float) -> 
         verify(req.public_key, message, req.signature)
     except SignatureError as exc:
         raise BadRequestError(
-            "bad_signature", f"enrollment signature does not prove possession of the key: {exc.why}"
+            ErrorReason.BAD_SIGNATURE,
+            f"enrollment signature does not prove possession of the key: {exc.why}",
         ) from exc
 
 
@@ -221,7 +223,7 @@ def _create(
     except IntegrityError as exc:
         session.rollback()
         raise ConflictError(
-            ErrorReason.NAME_IN_USE.value,
+            ErrorReason.NAME_IN_USE,
             f"{req.agent_type.value} {req.name!r} was enrolled by another request just now",
         ) from exc
     record_evidence(
@@ -370,18 +372,20 @@ async def nats_credentials(
     now = utcnow()
     signed_at = body.signed_at if body.signed_at.tzinfo else body.signed_at.replace(tzinfo=UTC)
     if abs((now - signed_at).total_seconds()) > rt.settings.enroll_clock_skew_seconds:
-        raise BadRequestError("stale_signature", "the request was signed too long ago")
+        raise BadRequestError(ErrorReason.STALE_SIGNATURE, "the request was signed too long ago")
     message = nats_credentials_message(
         agent_id=agent_id, public_key=body.public_key, signed_at=body.signed_at
     )
     try:
         verify(body.public_key, message, body.signature)
     except SignatureError as exc:
-        raise UnauthorizedError("bad_signature", f"signature does not verify: {exc.why}") from exc
+        raise UnauthorizedError(
+            ErrorReason.BAD_SIGNATURE, f"signature does not verify: {exc.why}"
+        ) from exc
     agent = await rt.units.run(lambda uow: uow.session.get(Agent, agent_id))
     if agent is None or agent.nats_public_key != body.public_key or agent.revoked_at is not None:
         raise UnauthorizedError(
-            "not_current_key",
+            ErrorReason.NOT_CURRENT_KEY,
             "this key is not the current key of a live identity (released, rotated away or "
             "revoked)",
         )

@@ -8,11 +8,12 @@ from sqlmodel import col, select
 from console.auth import Principal
 from console.core.clock import utcnow
 from console.models import Agent, AgentEvidence
-from console.schemas import AgentDetail, AgentPublic, Page, Scope
+from console.schemas import Scope
 from console.services.agent_records import load_agent
 from console.services.presenters import agent_detail, agent_public, refused_by_agent
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.agent_types import AgentType
+from contracts.views import AgentDetailView, AgentPage, AgentView
 from contracts.vocabulary import AgentFlag, AgentStatus
 
 
@@ -28,12 +29,12 @@ async def list_agents(
     label: str | None = None,
     limit: int = 100,
     offset: int = 0,
-) -> Page[AgentPublic]:
+) -> AgentPage:
     """The caller's environment's agents, filtered; status and flags computed now."""
     principal.require(Scope.AGENTS_READ)
     stale = rt.settings.agent_stale_seconds
 
-    def work(uow: UnitOfWork) -> list[AgentPublic]:
+    def work(uow: UnitOfWork) -> list[AgentView]:
         session = uow.session
         query = select(Agent).where(
             Agent.client_id == principal.client_id,
@@ -77,13 +78,13 @@ async def list_agents(
     if label:
         k, _, v = label.partition("=")
         views = [x for x in views if x.labels.get(k) == v]
-    return Page[AgentPublic](
+    return AgentPage(
         items=views[offset : offset + limit], total=len(views), limit=limit, offset=offset
     )
 
 
-async def get_agent(rt: ServiceRuntime, principal: Principal, agent_id: str) -> AgentDetail:
-    def work(uow: UnitOfWork) -> AgentDetail:
+async def get_agent(rt: ServiceRuntime, principal: Principal, agent_id: str) -> AgentDetailView:
+    def work(uow: UnitOfWork) -> AgentDetailView:
         agent = load_agent(uow.session, agent_id, principal, Scope.AGENTS_READ)
         return agent_detail(uow.session, agent, stale_seconds=rt.settings.agent_stale_seconds)
 

@@ -23,7 +23,7 @@ from console.errors import (
     UnauthorizedError,
 )
 from console.models import Agent, CredentialRotation
-from console.schemas import AgentPublic, ReleaseAnswer, RotationResult, Scope
+from console.schemas import ReleaseAnswer, RotationResult, Scope
 from console.services.agent_records import (
     add_event,
     is_online,
@@ -36,6 +36,7 @@ from console.services.presenters import agent_public
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.enrollment import RotationAccepted, RotationProof, rotation_message
 from contracts.messages import CommandKind
+from contracts.views import AgentView
 from contracts.vocabulary import ErrorReason, ReleaseOutcome
 from fleet_policy import AgentId
 from fleet_policy.identities import HeldRecord, decide_release
@@ -115,16 +116,18 @@ def start_rotation(
 ) -> CredentialRotation:
     now = now or utcnow()
     if agent.revoked_at is not None:
-        raise ConflictError("agent_revoked", f"agent {agent.id} is revoked", agent_id=agent.id)
+        raise ConflictError(
+            ErrorReason.AGENT_REVOKED, f"agent {agent.id} is revoked", agent_id=agent.id
+        )
     if agent.nats_public_key is None:
         raise ConflictError(
-            "agent_released",
+            ErrorReason.AGENT_RELEASED,
             f"agent {agent.id} holds no identity (released): nothing to rotate",
             agent_id=agent.id,
         )
     if not is_online(agent, stale_seconds=stale_seconds, now=now):
         raise ConflictError(
-            "agent_offline",
+            ErrorReason.AGENT_OFFLINE,
             f"agent {agent.id} is offline: rotate-credentials needs the agent online holding "
             "its identity (it cannot recover an agent whose state is gone; use release-identity)",
             agent_id=agent.id,
@@ -150,14 +153,18 @@ def complete_rotation(
         )
     ).first()
     if rotation is None or rotation.completed_at is not None:
-        raise UnauthorizedError("unknown_rotation", "no rotation in progress with this nonce")
+        raise UnauthorizedError(
+            ErrorReason.UNKNOWN_ROTATION, "no rotation in progress with this nonce"
+        )
     if rotation.expires_at <= now:
-        raise UnauthorizedError("rotation_expired", "the rotation request has expired")
+        raise UnauthorizedError(ErrorReason.ROTATION_EXPIRED, "the rotation request has expired")
     agent = session.get(Agent, agent_id)
     if agent is None:
-        raise NotFoundError("agent_not_found", f"agent {agent_id} not found")
+        raise NotFoundError(ErrorReason.AGENT_NOT_FOUND, f"agent {agent_id} not found")
     if agent.revoked_at is not None or agent.nats_public_key is None:
-        raise ConflictError("agent_not_rotatable", f"agent {agent_id} holds no live identity")
+        raise ConflictError(
+            ErrorReason.AGENT_NOT_ROTATABLE, f"agent {agent_id} holds no live identity"
+        )
     message = rotation_message(
         agent_id=agent_id, nonce=proof.nonce, new_public_key=proof.new_public_key
     )
@@ -165,13 +172,13 @@ def complete_rotation(
         verify(agent.nats_public_key, message, proof.old_signature)
     except SignatureError as exc:
         raise UnauthorizedError(
-            "bad_signature", f"the current key did not sign the rotation: {exc.why}"
+            ErrorReason.BAD_SIGNATURE, f"the current key did not sign the rotation: {exc.why}"
         ) from exc
     try:
         verify(proof.new_public_key, message, proof.new_signature)
     except SignatureError as exc:
         raise BadRequestError(
-            "bad_signature", f"the new key did not sign the rotation: {exc.why}"
+            ErrorReason.BAD_SIGNATURE, f"the new key did not sign the rotation: {exc.why}"
         ) from exc
     revoke_key(
         session, agent_id=agent.id, public_key=agent.nats_public_key, reason="rotated", now=now
@@ -221,7 +228,7 @@ async def release(
             outcome = ReleaseOutcome.WOULD_RELEASE
         record = agent_public(agent, stale_seconds=settings.agent_stale_seconds)
         answer = ReleaseAnswer(
-            **record.model_dump(),
+            **dict(record),
             agent_id=agent.id,
             outcome=outcome,
             message=_RELEASE_MESSAGE[outcome].format(id=agent.id),
@@ -243,10 +250,10 @@ _RELEASE_MESSAGE = {
 }
 
 
-async def revoke_agent(rt: ServiceRuntime, principal: Principal, agent_id: str) -> AgentPublic:
+async def revoke_agent(rt: ServiceRuntime, principal: Principal, agent_id: str) -> AgentView:
     """Revoke the identity: its live NATS connection is cut and it is never re-bound."""
 
-    def work(uow: UnitOfWork) -> AgentPublic:
+    def work(uow: UnitOfWork) -> AgentView:
         agent = load_agent(uow.session, agent_id, principal, Scope.AGENTS_WRITE)
         revoke(uow.session, agent=agent, actor=_actor(principal))
         uow.after_commit(rt.apply_identities)
@@ -318,7 +325,7 @@ async def _await_rotation(
         except TimeoutError:
             pass
     raise GatewayTimeoutError(
-        "rotation_timed_out",
+        ErrorReason.ROTATION_TIMED_OUT,
         f"agent {agent_id} did not present a new key within {timeout:g} s",
         agent_id=agent_id,
     )

@@ -17,15 +17,16 @@ from console.models import (
     InstallToken,
     NatsRevocation,
 )
-from console.schemas import (
-    AgentDetail,
-    AgentEventPublic,
-    AgentPublic,
-    ApiTokenPublic,
-    InstallTokenPublic,
-)
+from console.schemas import ApiTokenPublic, InstallTokenPublic
 from console.services.agent_records import seconds_since_seen, status
-from contracts.vocabulary import AgentFlag
+from contracts.views import (
+    AgentDetailView,
+    AgentEventView,
+    AgentView,
+    EnrollmentConflictView,
+    EvidenceView,
+)
+from contracts.vocabulary import AgentFlag, AgentType
 
 
 def agent_flags(
@@ -72,7 +73,7 @@ def agent_public(
     now: datetime | None = None,
     has_evidence: bool | None = None,
     refused: tuple[int, datetime | None] = (0, None),
-) -> AgentPublic:
+) -> AgentView:
     now = now or utcnow()
     refused_count, last_refused = refused
     if last_refused is not None and last_refused.tzinfo is None:
@@ -82,16 +83,16 @@ def agent_public(
     )
     conflict = None
     if agent.last_conflict_at is not None:
-        conflict = {
-            "reason": agent.last_conflict_reason,
-            "last_at": agent.last_conflict_at.isoformat(),
-            "count": agent.conflict_count,
-        }
-    return AgentPublic(
+        conflict = EnrollmentConflictView(
+            reason=agent.last_conflict_reason,
+            last_at=agent.last_conflict_at.isoformat(),
+            count=agent.conflict_count,
+        )
+    return AgentView(
         id=agent.id,
         client_id=agent.client_id,
         environment_id=agent.environment_id,
-        agent_type=agent.agent_type,
+        agent_type=AgentType(agent.agent_type),
         name=agent.name,
         version=agent.version,
         instance_id=agent.instance_id,
@@ -115,7 +116,7 @@ def agent_public(
     )
 
 
-def agent_detail(session: Session, agent: Agent, *, stale_seconds: float) -> AgentDetail:
+def agent_detail(session: Session, agent: Agent, *, stale_seconds: float) -> AgentDetailView:
     evidence = session.exec(select(AgentEvidence).where(AgentEvidence.agent_id == agent.id)).all()
     events = session.exec(
         select(AgentEvent)
@@ -129,20 +130,19 @@ def agent_detail(session: Session, agent: Agent, *, stale_seconds: float) -> Age
         has_evidence=bool(evidence),
         refused=refused_by_agent(session, [agent.id]).get(agent.id, (0, None)),
     )
-    return AgentDetail(
-        **base.model_dump(),
+    return AgentDetailView(
+        **dict(base),
         evidence=[
-            {
-                "kind": e.kind,
-                "source": e.source,
-                "first_seen_at": e.first_seen_at,
-                "last_seen_at": e.last_seen_at,
-            }
+            EvidenceView(
+                kind=e.kind,
+                source=e.source,
+                first_seen_at=e.first_seen_at,
+                last_seen_at=e.last_seen_at,
+            )
             for e in evidence
         ],
         history=[
-            AgentEventPublic(at=e.at, kind=e.kind, message=e.message, detail=e.detail)
-            for e in events
+            AgentEventView(at=e.at, kind=e.kind, message=e.message, detail=e.detail) for e in events
         ],
         last_metrics=agent.last_metrics,
     )

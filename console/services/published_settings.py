@@ -14,8 +14,8 @@ def published_settings(rt: ServiceRuntime, principal: Principal) -> PublishedSet
     del principal  # authenticated is enough
     s = rt.settings
     return PublishedSettings(
-        identity_quiet_seconds=s.identity_quiet_seconds,
-        agent_stale_seconds=s.agent_stale_seconds,
+        quiet_window_seconds=s.identity_quiet_seconds,
+        stale_after_seconds=s.agent_stale_seconds,
         rotation_timeout_seconds=s.rotation_timeout_seconds,
         enroll_clock_skew_seconds=s.enroll_clock_skew_seconds,
         k8s_sync_interval=s.k8s_sync_interval,

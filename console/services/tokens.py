@@ -31,6 +31,7 @@ from console.schemas import (
 from console.services import clusters
 from console.services.presenters import api_token_public, install_token_public
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
+from contracts.vocabulary import ErrorReason
 
 
 def require_token_reader(principal: Principal) -> None:
@@ -117,7 +118,9 @@ async def revoke_install_token(
     def work(uow: UnitOfWork) -> InstallTokenPublic:
         token = uow.session.get(InstallToken, token_id)
         if token is None:
-            raise NotFoundError("install_token_not_found", f"install token {token_id} not found")
+            raise NotFoundError(
+                ErrorReason.INSTALL_TOKEN_NOT_FOUND, f"install token {token_id} not found"
+            )
         principal.require_on(
             Scope.TOKENS_WRITE, client_id=token.client_id, environment_id=token.environment_id
         )
@@ -137,7 +140,7 @@ async def create_api_token(
     wanted = {s.value for s in body.scopes}
     if not wanted <= principal.scopes:
         raise ForbiddenError(
-            "scope_escalation",
+            ErrorReason.SCOPE_ESCALATION,
             "cannot grant scopes this token does not hold: "
             + ", ".join(sorted(wanted - principal.scopes)),
         )
@@ -187,7 +190,7 @@ async def revoke_api_token(
     def work(uow: UnitOfWork) -> ApiTokenPublic:
         token = uow.session.get(ApiToken, token_id)
         if token is None:
-            raise NotFoundError("api_token_not_found", f"API token {token_id} not found")
+            raise NotFoundError(ErrorReason.API_TOKEN_NOT_FOUND, f"API token {token_id} not found")
         principal.require_on(
             Scope.TOKENS_WRITE, client_id=token.client_id, environment_id=token.environment_id
         )

@@ -8,24 +8,26 @@ SignInRequired     not an error page: a redirect to /sign-in (no session, or its
 
 from __future__ import annotations
 
+from contracts.vocabulary import ErrorReason
+
 __all__ = ["CsrfError", "PageError", "SignInRequired"]
 
 
 class PageError(Exception):
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: ErrorReason, message: str) -> None:
         super().__init__(message)
         self.status = status
-        self.reason = reason
+        self.reason = ErrorReason(reason)
         self.message = message
 
 
 class CsrfError(PageError):
     def __init__(self, message: str) -> None:
-        super().__init__(403, "csrf_failed", message)
+        super().__init__(403, ErrorReason.CSRF_FAILED, message)
 
 
 class SignInRequired(Exception):
-    def __init__(self, next_path: str, reason: str | None = None) -> None:
+    def __init__(self, next_path: str, reason: ErrorReason | None = None) -> None:
         super().__init__(reason or "sign in")
         self.next_path = next_path
         self.reason = reason

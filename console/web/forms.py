@@ -14,6 +14,7 @@ from urllib.parse import parse_qs
 from fastapi import Request
 
 from console.web.errors import CsrfError, PageError
+from contracts.vocabulary import ErrorReason
 
 __all__ = ["CSRF_FIELD", "CSRF_HEADER", "Form", "check_csrf", "read_form"]
 
@@ -46,11 +47,11 @@ async def read_form(request: Request) -> Form:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     body = await request.body()
     if body and content_type != _FORM_TYPE:
-        raise PageError(415, "unsupported_form", f"send forms as {_FORM_TYPE}")
+        raise PageError(415, ErrorReason.UNSUPPORTED_FORM, f"send forms as {_FORM_TYPE}")
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise PageError(400, "malformed_form", "the form is not UTF-8") from exc
+        raise PageError(400, ErrorReason.MALFORMED_FORM, "the form is not UTF-8") from exc
     return Form(parse_qs(text, keep_blank_values=True, max_num_fields=200))
 
 

@@ -17,6 +17,7 @@ from fastapi.routing import APIRoute
 from console.errors import ConsoleError
 from console.web.deps import get_web
 from console.web.errors import PageError, SignInRequired
+from contracts.vocabulary import ErrorReason
 
 __all__ = ["FETCH_HEADER", "PageRoute", "error_page"]
 
@@ -38,7 +39,7 @@ def _is_fetch(request: Request) -> bool:
     return request.headers.get(FETCH_HEADER) == "1"
 
 
-def error_page(request: Request, status: int, reason: str, message: str) -> Response:
+def error_page(request: Request, status: int, reason: ErrorReason, message: str) -> Response:
     if _is_fetch(request):
         return JSONResponse({"reason": reason, "message": message}, status_code=status)
     return get_web(request).templates.render(
@@ -63,7 +64,10 @@ class PageRoute(APIRoute):
             except SignInRequired as exc:
                 if _is_fetch(request):
                     return JSONResponse(
-                        {"reason": exc.reason or "signed_out", "message": "sign in again"},
+                        {
+                            "reason": exc.reason or ErrorReason.SIGNED_OUT,
+                            "message": "sign in again",
+                        },
                         status_code=401,
                     )
                 query: dict[str, str] = {"next": exc.next_path}

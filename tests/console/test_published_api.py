@@ -3,7 +3,7 @@ gates of a cluster, and a dry run of release-identity that decides like the real
 
 import httpx
 
-from contracts.views import ReleaseDecision
+from contracts.views import ConsoleSettingsView, ReleaseDecision
 from contracts.vocabulary import ReleaseOutcome
 from testkit.console import QUIET_SECONDS, Identity
 from testkit.waiting import wait_for
@@ -23,9 +23,11 @@ def test_settings_are_readable_with_any_valid_token(console):
         r = c.get("/api/v1/settings")
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["identity_quiet_seconds"] == QUIET_SECONDS
-    assert body["agent_stale_seconds"] == QUIET_SECONDS
-    assert body["k8s_sync_interval_seconds"] > 0
+    view = ConsoleSettingsView.model_validate(body)
+    assert view.quiet_window_seconds == QUIET_SECONDS
+    assert view.stale_after_seconds == QUIET_SECONDS
+    assert view.k8s_sync_interval_seconds > 0
+    assert body["enroll_clock_skew_seconds"] > 0 and body["k8s_sync_interval"]
     r = httpx.get(f"{console.url}/api/v1/settings")
     assert (r.status_code, r.json()["reason"]) == (401, "missing_token")
 

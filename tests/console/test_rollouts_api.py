@@ -3,6 +3,7 @@ tests/flows drives the same through the flow)."""
 
 import asyncio
 import json
+import threading
 from datetime import UTC, datetime
 
 import nats
@@ -215,7 +216,7 @@ def test_an_agent_without_a_signing_key_is_excluded_for_that_reason(console, age
     assert "read-only" not in exclusion["detail"]
 
 
-async def _answer_failed(console, ident, agent_id, failure_kind, done):
+async def _answer_failed(console, ident, agent_id, failure_kind, done, ready):
     """Answer every command as failed, with ``failure_kind``, over the agent's own key."""
     nc = await nats.connect(console.nats_url, **ident.nats_options())
 
@@ -244,30 +245,33 @@ async def _answer_failed(console, ident, agent_id, failure_kind, done):
     }
     await nc.publish(subjects.heartbeat(agent_id), json.dumps(beat).encode())
     await nc.flush()
-    await done.wait()
+    ready.set()
+    while not done.is_set():
+        await asyncio.sleep(0.05)
     await nc.close()
 
 
-async def test_a_failed_result_keeps_the_agents_failure_kind_on_its_target(console):
+def test_a_failed_result_keeps_the_agents_failure_kind_on_its_target(console):
     ident = Identity(name="ro-host")
     agent_id = ident.enroll(console, console.install_token()).json()["agent_id"]
-    done = asyncio.Event()
-    task = asyncio.create_task(_answer_failed(console, ident, agent_id, "read_only_program", done))
+    done, ready = threading.Event(), threading.Event()
+    answering = threading.Thread(
+        target=asyncio.run,
+        args=(_answer_failed(console, ident, agent_id, "read_only_program", done, ready),),
+    )
+    answering.start()
     try:
-        r = await asyncio.to_thread(
-            _create, console, waves={"canary_size": 1, "percentages": [100]}
+        assert ready.wait(30), "the simulated agent did not connect"
+        r = _create(console, waves={"canary_size": 1, "percentages": [100]})
+        _post(console, f"/{r['id']}/start", json={})
+        _post(console, f"/{r['id']}/waves/0/dispatch")
+        rollout = wait_for(
+            lambda: (x := _get(console, r["id"]))["targets"][0]["status"] == "failed" and x,
+            what="the failed result",
         )
-        await asyncio.to_thread(_post, console, f"/{r['id']}/start", json={})
-        await asyncio.to_thread(_post, console, f"/{r['id']}/waves/0/dispatch")
-
-        def failed():
-            x = _get(console, r["id"])
-            return x if x["targets"][0]["status"] == "failed" else None
-
-        rollout = await asyncio.to_thread(wait_for, failed, what="the failed result")
     finally:
         done.set()
-        await task
+        answering.join(timeout=30)
     target = RolloutPublic.model_validate(rollout).targets[0]  # type: ignore[index]
     assert target.failure_kind is CommandFailureKind.READ_ONLY_PROGRAM
     assert target.error and "read-only file system" in target.error

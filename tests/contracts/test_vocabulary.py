@@ -144,14 +144,15 @@ def test_wire_values_are_unchanged(enum: type, values: set[str]) -> None:
 
 
 def test_the_enums_have_one_home() -> None:
-    import console.schemas
     import contracts.agent_types
     import contracts.messages
     import contracts.rollouts
+    import contracts.views
     import fleet_policy
 
-    assert console.schemas.AgentStatus is AgentStatus
-    assert console.schemas.AgentFlag is AgentFlag
+    # The Console answers with contracts.views, which read the vocabulary's enums.
+    assert contracts.views.AgentStatus is AgentStatus
+    assert contracts.views.AgentFlag is AgentFlag
     assert contracts.agent_types.AgentType is AgentType
     assert contracts.messages.CommandStatus is CommandStatus
     assert contracts.rollouts.TargetStatus is TargetStatus

@@ -6,30 +6,29 @@ from fastapi import APIRouter, Query, Request, status
 
 from console.api.deps import PrincipalDep, RuntimeDep
 from console.api.responses import errors
-from console.schemas import ClusterCreate, ClusterPublic, OnboardingChecklist
+from console.schemas import ClusterCreate, OnboardingChecklist
 from console.services import clusters, onboarding
+from contracts.views import ClusterView
 
 router = APIRouter(prefix="/api/v1/clusters", tags=["clusters"])
 _ERRORS = errors(400, 401, 403, 404, 409)
 
 
-@router.post(
-    "", status_code=status.HTTP_201_CREATED, response_model=ClusterPublic, responses=_ERRORS
-)
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=ClusterView, responses=_ERRORS)
 async def register(
     body: ClusterCreate, principal: PrincipalDep, runtime: RuntimeDep
-) -> ClusterPublic:
+) -> ClusterView:
     """Record a cluster (slug derived from the name like the chart does, unless given)."""
     return await clusters.register_cluster(runtime, principal, body)
 
 
-@router.get("", response_model=list[ClusterPublic], responses=_ERRORS)
-async def list_clusters(principal: PrincipalDep, runtime: RuntimeDep) -> list[ClusterPublic]:
+@router.get("", response_model=list[ClusterView], responses=_ERRORS)
+async def list_clusters(principal: PrincipalDep, runtime: RuntimeDep) -> list[ClusterView]:
     return await clusters.list_clusters(runtime, principal)
 
 
-@router.get("/{slug}", response_model=ClusterPublic, responses=_ERRORS)
-async def get_cluster(slug: str, principal: PrincipalDep, runtime: RuntimeDep) -> ClusterPublic:
+@router.get("/{slug}", response_model=ClusterView, responses=_ERRORS)
+async def get_cluster(slug: str, principal: PrincipalDep, runtime: RuntimeDep) -> ClusterView:
     return await clusters.get_cluster(runtime, principal, slug)
 
 

@@ -6,9 +6,10 @@ from fastapi import APIRouter, Query
 
 from console.api.deps import PrincipalDep, RuntimeDep
 from console.api.responses import errors
-from console.schemas import AgentDetail, AgentPublic, Page, ReleaseAnswer, RotationResult
+from console.schemas import ReleaseAnswer, RotationResult
 from console.services import fleet, identities
 from contracts.agent_types import AgentType
+from contracts.views import AgentDetailView, AgentPage, AgentView
 from contracts.vocabulary import AgentFlag, AgentStatus
 
 router = APIRouter(prefix="/api/v1/fleet/agents", tags=["fleet"])
@@ -16,7 +17,7 @@ router = APIRouter(prefix="/api/v1/fleet/agents", tags=["fleet"])
 _ERRORS = errors(401, 403, 404, 409)
 
 
-@router.get("", response_model=Page[AgentPublic], responses=_ERRORS)
+@router.get("", response_model=AgentPage, responses=_ERRORS)
 async def list_agents(
     principal: PrincipalDep,
     runtime: RuntimeDep,
@@ -28,7 +29,7 @@ async def list_agents(
     label: Annotated[str | None, Query(description="k=v")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
-) -> Page[AgentPublic]:
+) -> AgentPage:
     return await fleet.list_agents(
         runtime,
         principal,
@@ -43,8 +44,8 @@ async def list_agents(
     )
 
 
-@router.get("/{agent_id}", response_model=AgentDetail, responses=_ERRORS)
-async def get_agent(agent_id: str, principal: PrincipalDep, runtime: RuntimeDep) -> AgentDetail:
+@router.get("/{agent_id}", response_model=AgentDetailView, responses=_ERRORS)
+async def get_agent(agent_id: str, principal: PrincipalDep, runtime: RuntimeDep) -> AgentDetailView:
     return await fleet.get_agent(runtime, principal, agent_id)
 
 
@@ -59,8 +60,8 @@ async def release(
     return await identities.release(runtime, principal, agent_id, dry_run=dry_run)
 
 
-@router.post("/{agent_id}/revoke", response_model=AgentPublic, responses=_ERRORS)
-async def revoke_agent(agent_id: str, principal: PrincipalDep, runtime: RuntimeDep) -> AgentPublic:
+@router.post("/{agent_id}/revoke", response_model=AgentView, responses=_ERRORS)
+async def revoke_agent(agent_id: str, principal: PrincipalDep, runtime: RuntimeDep) -> AgentView:
     """Revoke the identity: its live NATS connection is cut and it is never re-bound."""
     return await identities.revoke_agent(runtime, principal, agent_id)
 

@@ -26,7 +26,7 @@ from console.services.rollouts.records import (
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.messages import CommandKind
 from contracts.rollouts import ArtifactRef, DispatchResult
-from contracts.vocabulary import TargetStatus
+from contracts.vocabulary import ErrorReason, TargetStatus
 from fleet_policy import (
     RolloutState,
 )
@@ -50,7 +50,7 @@ def dispatch_wave(
     """Mark the wave's undispatched targets as dispatched; return what to send now."""
     now = now or utcnow()
     if wave < 0 or wave >= len(rollout.waves):
-        raise BadRequestError("no_such_wave", f"rollout {rollout.id} has no wave {wave}")
+        raise BadRequestError(ErrorReason.NO_SUCH_WAVE, f"rollout {rollout.id} has no wave {wave}")
     if rollout.state != RolloutState.RUNNING.value:
         return Dispatch(rollout.id, wave, [], 0, f"rollout is {rollout.state}", None)
     earlier_open = session.exec(

@@ -23,6 +23,7 @@ from contracts.rollouts import (
     Decision,
     RolloutPublic,
 )
+from contracts.vocabulary import RolloutState
 from fleet_policy import (
     RolloutEvent,
 )
@@ -80,7 +81,7 @@ def _apply(
     if action == "start":
         if flow_run_id:
             rollout.flow_run_id = flow_run_id
-        if rollout.state == "pending":
+        if rollout.state == RolloutState.PENDING:
             apply_event(rollout, RolloutEvent.start(), now)
     elif action == "pause":
         apply_event(rollout, RolloutEvent.pause(reason or "paused by an operator"), now)

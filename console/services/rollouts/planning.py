@@ -13,7 +13,7 @@ from sqlmodel import Session, select
 from console.auth import Principal
 from console.core.clock import utcnow
 from console.errors import BadRequestError
-from console.models import Agent, Rollout, RolloutTarget
+from console.models import PLANNED_WAVES, Agent, PlannedWave, Rollout, RolloutTarget
 from console.prefect_api import PrefectApi, PrefectApiError
 from console.schemas import Scope
 from console.services.agent_records import is_online
@@ -24,10 +24,11 @@ from console.services.rollouts.records import (
 )
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.rollouts import (
+    ExclusionPublic,
     RolloutCreate,
     RolloutPublic,
 )
-from contracts.vocabulary import CommandFailureKind
+from contracts.vocabulary import CommandFailureKind, ErrorReason, RolloutState
 from fleet_policy import (
     AgentId,
     AgentSnapshot,
@@ -87,7 +88,7 @@ def _policies(body: RolloutCreate) -> tuple[Any, WavePolicy]:
     """The version range and wave policy the body asks for; a bad one is a 400."""
     try:
         version_range = parse_version_range(body.selector.version_range)
-        threshold_policy([c.model_dump() for c in body.criteria])
+        threshold_policy(body.criteria)
         growth: PercentGrowth | FactorGrowth = (
             FactorGrowth(body.waves.growth_factor)
             if body.waves.growth_factor is not None
@@ -99,7 +100,7 @@ def _policies(body: RolloutCreate) -> tuple[Any, WavePolicy]:
             max_wave_size=body.waves.max_wave_size,
         )
     except (RolloutPolicyError, ValueError) as exc:
-        raise BadRequestError("invalid_rollout", str(exc)) from exc
+        raise BadRequestError(ErrorReason.INVALID_ROLLOUT, str(exc)) from exc
     return version_range, wave_policy
 
 
@@ -143,16 +144,19 @@ def create_rollout(
         selector=body.selector.model_dump(mode="json"),
         wave_spec=body.waves.model_dump(),
         criteria=[c.model_dump(mode="json") for c in body.criteria],
-        waves=[
-            {"index": w.index, "kind": str(w.kind), "size": len(w.agent_ids)} for w in plan.waves
-        ],
+        waves=PLANNED_WAVES.dump_python(
+            [
+                PlannedWave(index=w.index, kind=str(w.kind), size=len(w.agent_ids))
+                for w in plan.waves
+            ]
+        ),
         exclusions=[
-            {
-                "agent_id": e.agent_id,
-                "agent_name": by_id[e.agent_id].name,
-                "reason": str(e.reason),
-                "detail": e.detail,
-            }
+            ExclusionPublic(
+                agent_id=e.agent_id,
+                agent_name=by_id[e.agent_id].name,
+                reason=str(e.reason),
+                detail=e.detail,
+            ).model_dump()
             for e in report.excluded
         ],
         wave_timeout_seconds=body.wave_timeout_seconds,
@@ -225,6 +229,6 @@ def _set_flow_run(uow: UnitOfWork, rollout_id: str, flow_run_id: str) -> None:
 
 def _set_note(uow: UnitOfWork, rollout_id: str, note: str) -> None:
     rollout = load(uow.session, rollout_id)
-    if rollout.state == "pending":
+    if rollout.state == RolloutState.PENDING:
         rollout.state_reason = note
         uow.session.add(rollout)

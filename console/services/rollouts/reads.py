@@ -7,7 +7,7 @@ import logging
 from sqlmodel import Session, col, select
 
 from console.auth import Principal
-from console.models import Rollout, RolloutTarget
+from console.models import PLANNED_WAVES, Rollout, RolloutTarget
 from console.schemas import Scope
 from console.services.rollouts.records import (
     load_for,
@@ -41,13 +41,13 @@ def present(session: Session, rollout: Rollout, with_targets: bool = True) -> Ro
         per_wave.setdefault(t.wave, {s.value: 0 for s in TargetStatus})[t.status] += 1
         totals[t.status] += 1
     waves = []
-    for w in rollout.waves:
-        c = per_wave.get(w["index"], {s.value: 0 for s in TargetStatus})
+    for w in PLANNED_WAVES.validate_python(rollout.waves):
+        c = per_wave.get(w.index, {s.value: 0 for s in TargetStatus})
         waves.append(
             WavePublic(
-                index=w["index"],
-                kind=w["kind"],
-                size=w["size"],
+                index=w.index,
+                kind=w.kind,
+                size=w.size,
                 counts=c,
                 dispatched=c[TargetStatus.PENDING.value] == 0,
                 done=c[TargetStatus.PENDING.value] == 0 and c[TargetStatus.DISPATCHED.value] == 0,

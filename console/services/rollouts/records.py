@@ -14,17 +14,16 @@ from sqlmodel import Session, select
 from console.auth import Principal
 from console.errors import ConflictError, NotFoundError
 from console.models import Rollout, RolloutTarget
-from contracts.vocabulary import TargetStatus
+from contracts.rollouts import CriterionSpec
+from contracts.vocabulary import ErrorReason, TargetStatus
 from fleet_policy import (
     FailureCriterion,
-    FailureType,
     IllegalTransitionError,
     Outcome,
     ResultCounts,
     RolloutEvent,
     RolloutState,
     RolloutStatus,
-    ThresholdAction,
     ThresholdPolicy,
 )
 
@@ -44,17 +43,22 @@ def command_id_for(rollout_id: str, agent_id: str) -> str:
     return hashlib.sha256(f"{rollout_id}:{agent_id}".encode()).hexdigest()[:32]
 
 
-def threshold_policy(criteria: Sequence[dict[str, Any]]) -> ThresholdPolicy:
+def threshold_policy(criteria: Sequence[CriterionSpec | dict[str, Any]]) -> ThresholdPolicy:
+    """The stored (or requested) criteria as the policy the pure core judges with; a part left
+    out takes the one default (``contracts.rollouts.CriterionSpec``'s, from the vocabulary)."""
+    specs = [
+        c if isinstance(c, CriterionSpec) else CriterionSpec.model_validate(c) for c in criteria
+    ]
     return ThresholdPolicy(
         criteria=tuple(
             FailureCriterion(
-                failure_type=FailureType(c["failure_type"]),
-                threshold_count=c.get("threshold_count"),
-                threshold_percent=c.get("threshold_percent"),
-                min_executed=c.get("min_executed", 0),
-                action=ThresholdAction(c.get("action", "stall")),
+                failure_type=c.failure_type,
+                threshold_count=c.threshold_count,
+                threshold_percent=c.threshold_percent,
+                min_executed=c.min_executed,
+                action=c.action,
             )
-            for c in criteria
+            for c in specs
         )
     )
 
@@ -62,7 +66,7 @@ def threshold_policy(criteria: Sequence[dict[str, Any]]) -> ThresholdPolicy:
 def load(session: Session, rollout_id: str) -> Rollout:
     rollout = session.get(Rollout, rollout_id)
     if rollout is None:
-        raise NotFoundError("rollout_not_found", f"rollout {rollout_id} not found")
+        raise NotFoundError(ErrorReason.ROLLOUT_NOT_FOUND, f"rollout {rollout_id} not found")
     return rollout
 
 
@@ -79,7 +83,7 @@ def apply_event(rollout: Rollout, event: RolloutEvent, now: datetime) -> None:
         status = RolloutStatus(state=RolloutState(rollout.state)).apply(event)
     except IllegalTransitionError as exc:
         raise ConflictError(
-            "illegal_transition",
+            ErrorReason.ILLEGAL_TRANSITION,
             f"rollout {rollout.id} is {rollout.state}: cannot {event.kind}",
         ) from exc
     rollout.state = status.state.value

@@ -20,7 +20,7 @@ from console.services import fleet, identities
 from console.web.deps import FormDep, RuntimeDep, ViewerDep, get_web
 from console.web.routing import PageRoute
 from contracts.agent_types import AgentType
-from contracts.vocabulary import AgentFlag, AgentStatus
+from contracts.vocabulary import AgentFlag, AgentStatus, ErrorReason
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
@@ -148,7 +148,7 @@ async def agent_detail(
 def _action(name: str) -> Action:
     action = ACTIONS.get(name)
     if action is None:
-        raise NotFoundError("no_such_action", f"no agent action {name!r}")
+        raise NotFoundError(ErrorReason.NO_SUCH_ACTION, f"no agent action {name!r}")
     return action
 
 

@@ -16,14 +16,16 @@ from console.web.errors import CsrfError, SignInRequired
 from console.web.forms import CSRF_FIELD, read_form
 from console.web.routing import PageRoute
 from console.web.sessions import SESSION_COOKIE, SIGN_IN_COOKIE, WebSession
+from contracts.vocabulary import ErrorReason
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
-_REASONS = {
-    "signed_out": "You signed out.",
-    "token_revoked": "The API token this session used has been revoked: sign in with another.",
-    "token_expired": "The API token this session used has expired: sign in with another.",
-    "invalid_token": "The API token this session used is no longer valid: sign in again.",
+_REASONS: dict[str, str] = {
+    ErrorReason.SIGNED_OUT: "You signed out.",
+    ErrorReason.TOKEN_REVOKED: "The API token this session used has been revoked: sign in with "
+    "another.",
+    ErrorReason.TOKEN_EXPIRED: "The API token this session used has expired: sign in with another.",
+    ErrorReason.INVALID_TOKEN: "The API token this session used is no longer valid: sign in again.",
 }
 
 
@@ -129,7 +131,11 @@ async def sign_in(request: Request, runtime: RuntimeDep) -> Response:
     try:
         principal = (await access.identity_for_token(runtime, token)).principal
     except UnauthorizedError as exc:
-        message = "Paste an API token (pxa_…)." if exc.reason == "missing_token" else exc.message
+        message = (
+            "Paste an API token (pxa_…)."
+            if exc.reason is ErrorReason.MISSING_TOKEN
+            else exc.message
+        )
         return _sign_in_page(request, next_path=next_path, error=message, notice=None)
     session: WebSession = web.store.create(token)
     response = RedirectResponse(next_path or home_for(principal), status_code=303)
@@ -141,6 +147,6 @@ async def sign_in(request: Request, runtime: RuntimeDep) -> Response:
 @router.post("/sign-out")
 def sign_out(request: Request, viewer: ViewerDep, _form: FormDep) -> Response:
     get_web(request).store.drop(viewer.session.id)
-    response = RedirectResponse("/sign-in?reason=signed_out", status_code=303)
+    response = RedirectResponse(f"/sign-in?reason={ErrorReason.SIGNED_OUT}", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response

@@ -20,7 +20,14 @@ from console.web.forms import Form
 from console.web.routing import PageRoute
 from contracts.agent_types import AgentType
 from contracts.rollouts import ArtifactRef, RolloutCreate, RolloutPublic
-from contracts.vocabulary import FailureType
+from contracts.vocabulary import ErrorReason, FailureType, ThresholdAction
+from fleet_policy.defaults import (
+    DEFAULT_CANARY_SIZE,
+    DEFAULT_CRITERION,
+    DEFAULT_MIN_EXECUTED,
+    DEFAULT_WAVE_PERCENTAGES,
+    DEFAULT_WAVE_TIMEOUT_SECONDS,
+)
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
@@ -50,7 +57,12 @@ async def list_rollouts(request: Request, viewer: ViewerDep, runtime: RuntimeDep
     )
 
 
+def _text(number: float | None) -> str:
+    return "" if number is None else f"{number:g}"
+
+
 def _defaults(runtime: Any) -> dict[str, Any]:
+    """The form as first shown: the one default rollout policy (``fleet_policy.defaults``)."""
     return {
         "name": "",
         "source": "hosted",
@@ -63,26 +75,26 @@ def _defaults(runtime: Any) -> dict[str, Any]:
         "labels": "",
         "version_range": "",
         "agent_ids": "",
-        "canary_size": "1",
-        "percentages": "1, 10, 50, 100",
+        "canary_size": str(DEFAULT_CANARY_SIZE),
+        "percentages": ", ".join(f"{p:g}" for p in DEFAULT_WAVE_PERCENTAGES),
         "max_wave_size": "",
         "criteria": [
             {
-                "failure_type": "any",
-                "threshold_percent": "10",
-                "threshold_count": "",
-                "min_executed": "1",
-                "action": "stall",
+                "failure_type": DEFAULT_CRITERION.failure_type.value,
+                "threshold_percent": _text(DEFAULT_CRITERION.threshold_percent),
+                "threshold_count": _text(DEFAULT_CRITERION.threshold_count),
+                "min_executed": str(DEFAULT_CRITERION.min_executed),
+                "action": DEFAULT_CRITERION.action.value,
             },
-            {
-                "failure_type": "timed_out",
+            {  # a second row offered for timeouts; empty thresholds leave it out
+                "failure_type": FailureType.TIMED_OUT.value,
                 "threshold_percent": "",
                 "threshold_count": "",
-                "min_executed": "1",
-                "action": "abort",
+                "min_executed": str(DEFAULT_MIN_EXECUTED),
+                "action": ThresholdAction.ABORT.value,
             },
         ],
-        "wave_timeout_seconds": "300",
+        "wave_timeout_seconds": f"{DEFAULT_WAVE_TIMEOUT_SECONDS:g}",
         "start_flow": bool(runtime.settings.prefect_api_url),
     }
 
@@ -135,11 +147,11 @@ def _values(form: Form) -> dict[str, Any]:
         "max_wave_size": form.get("max_wave_size"),
         "criteria": [
             {
-                "failure_type": form.get(f"c{i}_failure_type", "any"),
+                "failure_type": form.get(f"c{i}_failure_type", DEFAULT_CRITERION.failure_type),
                 "threshold_percent": form.get(f"c{i}_threshold_percent"),
                 "threshold_count": form.get(f"c{i}_threshold_count"),
                 "min_executed": form.get(f"c{i}_min_executed"),
-                "action": form.get(f"c{i}_action", "stall"),
+                "action": form.get(f"c{i}_action", DEFAULT_CRITERION.action),
             }
             for i in range(2)
         ],
@@ -177,11 +189,11 @@ def _body(values: dict[str, Any], artifacts: list[ArtifactRef]) -> tuple[dict[st
                 "failure_type": c["failure_type"],
                 "threshold_percent": c["threshold_percent"] or None,
                 "threshold_count": c["threshold_count"] or None,
-                "min_executed": c["min_executed"] or 0,
+                "min_executed": c["min_executed"] or DEFAULT_MIN_EXECUTED,
                 "action": c["action"],
             }
         )
-        if c["action"] not in ("stall", "abort"):
+        if c["action"] not in set(ThresholdAction):
             errors.append(f"criteria.{i}.action: stall or abort")
     body: dict[str, Any] = {
         "name": values["name"] or "rollout",
@@ -193,12 +205,12 @@ def _body(values: dict[str, Any], artifacts: list[ArtifactRef]) -> tuple[dict[st
             "agent_ids": [a for a in _SPLIT.split(values["agent_ids"]) if a],
         },
         "waves": {
-            "canary_size": values["canary_size"] or 1,
+            "canary_size": values["canary_size"] or DEFAULT_CANARY_SIZE,
             "percentages": percentages or None,
             "max_wave_size": values["max_wave_size"] or None,
         },
         "criteria": criteria,
-        "wave_timeout_seconds": values["wave_timeout_seconds"] or 300,
+        "wave_timeout_seconds": values["wave_timeout_seconds"] or DEFAULT_WAVE_TIMEOUT_SECONDS,
         "start_flow": values["start_flow"],
     }
     return body, errors
@@ -291,7 +303,7 @@ async def decide(
     runtime: RuntimeDep,
 ) -> Response:
     if decision not in DECISIONS:
-        raise NotFoundError("no_such_decision", f"no rollout decision {decision!r}")
+        raise NotFoundError(ErrorReason.NO_SUCH_DECISION, f"no rollout decision {decision!r}")
     viewer.require(Scope.ROLLOUTS_WRITE)
     reason = form.get("reason") or None
     try:
