@@ -93,7 +93,11 @@ async def test_the_dry_run_answers_as_the_release_would_and_changes_nothing(
     assert services.effects.effects == [], "and no effect ran"
     assert await status(services, agent_id) == AgentStatus.OFFLINE
     done = await release(services.rt, services.principal, agent_id)
-    assert done.model_dump(exclude={"released_at"}) == predicted.model_dump(exclude={"released_at"})
+    # The record is the same; only the decision part says "would" vs "did".
+    decision = {"released_at", "outcome", "message", "dry_run"}
+    assert done.model_dump(exclude=decision) == predicted.model_dump(exclude=decision)
+    assert predicted.dry_run and not done.dry_run
+    assert (predicted.outcome, done.outcome) == ("would_release", "released")
 
 
 async def test_releasing_a_released_record_again_is_harmless(services: InProcessConsole):

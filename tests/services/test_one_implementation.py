@@ -79,7 +79,6 @@ async def enrolled(services: InProcessConsole, key: AgentKey | None = None) -> s
 # -- the re-bind rule: fleet_policy.identities.decide_enrollment -----------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=NOT_REWIRED_CONSOLE)
 async def test_enrollment_decides_with_decide_enrollment_and_the_console_quiet_window(
     services: InProcessConsole, monkeypatch: pytest.MonkeyPatch
 ):
@@ -145,7 +144,6 @@ def test_the_migration_plan_refuses_re_binds_with_the_identity_rules(
 # -- the release rule: fleet_policy.identities.decide_release --------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=NOT_REWIRED_CONSOLE)
 @pytest.mark.parametrize("dry_run", [False, True])
 async def test_release_and_its_dry_run_decide_with_decide_release(
     services: InProcessConsole, monkeypatch: pytest.MonkeyPatch, dry_run: bool
@@ -207,7 +205,6 @@ def test_the_flows_ask_the_console_to_release_and_never_judge_quiet_themselves()
 # -- "online": fleet_policy.identities.is_online ---------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=NOT_REWIRED_CONSOLE)
 async def test_status_planning_and_rotation_use_is_online(
     services: InProcessConsole, monkeypatch: pytest.MonkeyPatch
 ):
@@ -412,12 +409,6 @@ def _quiet_literals(path: Path, tree: ast.Module) -> list[str]:
     return found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="console/core/settings.py writes Field(default=300.0) for identity_quiet_seconds "
-    "and flows/identity_release.py, flows/migration.py take quiet_seconds=300 parameters: "
-    "the rewiring onto DEFAULT_QUIET_WINDOW_SECONDS and the published settings is not merged",
-)
 def test_no_literal_quiet_window_in_the_console_or_the_flows():
     offenders = [
         spot
