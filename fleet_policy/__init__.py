@@ -65,8 +65,10 @@ from fleet_policy.identities import (
     agent_status,
     decide_enrollment,
     decide_release,
+    evidence_matches,
     is_online,
     is_quiet,
+    token_may_enroll,
 )
 from fleet_policy.ids import AgentId, EnvironmentId, NodeName
 from fleet_policy.states import (
@@ -181,11 +183,13 @@ __all__ = [
     "WavePolicyError",
     "agent_status",
     "decide_enrollment",
+    "evidence_matches",
     "decide_release",
     "evaluate_eligibility",
     "evaluate_thresholds",
     "is_online",
     "is_quiet",
+    "token_may_enroll",
     "next_state",
     "parse_version",
     "parse_version_range",
