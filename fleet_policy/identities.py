@@ -153,7 +153,9 @@ class EnrollmentClaim:
     cluster_bound_token: bool = False
 
 
-CLUSTER_TOKEN_TYPES: Final = frozenset({AgentType.K8S_NODE_MONITOR, AgentType.K8S_CLUSTER_COLLECTOR})
+CLUSTER_TOKEN_TYPES: Final = frozenset(
+    {AgentType.K8S_NODE_MONITOR, AgentType.K8S_CLUSTER_COLLECTOR}
+)
 """What a cluster-bound install token (the one the Helm chart carries) may enroll."""
 
 

@@ -32,7 +32,7 @@ from contracts.enrollment import (
     EnrollResponse,
     NatsCredentials,
     NatsCredentialsRequest,
-    enrollment_message,
+    enrollment_message_of,
     nats_credentials_message,
 )
 from contracts.vocabulary import ErrorReason
@@ -93,14 +93,8 @@ def _check_signature(req: EnrollRequest, now: datetime, skew_seconds: float) -> 
             f"enrollment was signed at {signed_at.isoformat()}, more than {skew_seconds:g} s "
             "from the Console's clock: check the agent's clock",
         )
-    message = enrollment_message(
-        agent_type=req.agent_type.value,
-        name=req.name,
-        public_key=req.public_key,
-        signed_at=req.signed_at,
-    )
     try:
-        verify(req.public_key, message, req.signature)
+        verify(req.public_key, enrollment_message_of(req), req.signature)
     except SignatureError as exc:
         raise BadRequestError(
             "bad_signature", f"enrollment signature does not prove possession of the key: {exc.why}"

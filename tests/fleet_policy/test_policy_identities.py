@@ -154,9 +154,7 @@ def test_the_enrollment_rules_in_their_order(
 def test_a_quiet_rebind_retires_the_old_key_and_a_rebind_after_release_retires_none() -> None:
     quiet = decide_enrollment(held(), claim(MACHINE), quiet_window_seconds=WINDOW)
     assert quiet.retire_key == "UOLD"
-    released = decide_enrollment(
-        held(public_key=None), claim(MACHINE), quiet_window_seconds=WINDOW
-    )
+    released = decide_enrollment(held(public_key=None), claim(MACHINE), quiet_window_seconds=WINDOW)
     assert released.retire_key is None
 
 
