@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import nats
 import nats.errors
@@ -40,6 +39,9 @@ from agent.backoff import Backoff, RetryLog
 from agent.credentials import public_key
 from agent.errors import IdentityRetiredError, NatsAuthorizationError, NatsConnectError
 from agent.health import Readiness
+from agent.nats_links import describe_error as _describe
+from agent.nats_links import display_url
+from agent.nats_links import first_of as _first
 from agent.state import StateStore
 from contracts import subjects
 from contracts.durations import format_duration
@@ -84,33 +86,6 @@ class ReconnectPolicy:
 
     def backoff(self) -> Backoff:
         return Backoff(initial=self.wait, maximum=self.max_wait, jitter=self.jitter)
-
-
-def display_url(url: str) -> str:
-    """``url`` without any user:password part, for logs."""
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
-        return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-    return url
-
-
-def _describe(error: BaseException | None) -> str:
-    if error is None:
-        return "no server available"
-    text = str(error).strip() or error.__class__.__name__
-    return text.removeprefix("nats: ").strip("'")
-
-
-async def _first(*events: asyncio.Event) -> None:
-    waiters = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
 
 
 class NatsSession:
