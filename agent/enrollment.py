@@ -138,12 +138,22 @@ class Enroller:
         cfg = self.config
         public = public_key(self._seed)
         signed_at = datetime.now(UTC)
+        token = cfg.token.read()
         message = enrollment_message(
-            agent_type=str(cfg.agent_type), name=cfg.name, public_key=public, signed_at=signed_at
+            install_token=token,
+            agent_type=str(cfg.agent_type),
+            name=cfg.name,
+            public_key=public,
+            signed_at=signed_at,
+            version=cfg.version,
+            instance_id=cfg.instance_id,
+            signals=signals.present(),
+            can_self_update=cfg.can_self_update,
+            labels=cfg.labels,
         )
         try:
             return EnrollRequest(
-                install_token=cfg.token.read(),
+                install_token=token,
                 agent_type=cfg.agent_type,
                 name=cfg.name,
                 public_key=public,

@@ -189,3 +189,13 @@ class NatsConnectError(AgentError):
 class NatsAuthorizationError(NatsConnectError):
     def __init__(self, url: str) -> None:
         super().__init__(url, "Authorization Violation")
+
+
+class IdentityRetiredError(AgentError):
+    """The Console says this agent's key is no longer the identity's key (re-bound to another
+    machine, revoked, released or rotated away): no fresh JWT will make NATS take it again."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message

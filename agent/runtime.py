@@ -30,7 +30,13 @@ from agent.collector_factory import CollectorFactory, default_collectors
 from agent.collectors import Collector, collector_loop, heartbeat_fields
 from agent.commands import CommandDispatcher, CommandLedger, CredentialRotation, ping_handler
 from agent.enrollment import Enroller, EnrollmentConfig, InstallToken
-from agent.errors import BackendAnswerError, BackendError, ConfigError, EnvironmentProblemError
+from agent.errors import (
+    BackendAnswerError,
+    BackendError,
+    ConfigError,
+    EnvironmentProblemError,
+    IdentityRetiredError,
+)
 from agent.files import ensure_private_dir
 from agent.health import HealthServer, Readiness
 from agent.heartbeat import HeartbeatInfo, heartbeat_loop
@@ -42,6 +48,7 @@ from agent.settings import AgentSettings, setting_label
 from agent.state import AgentState, StateStore
 from contracts.durations import format_duration
 from contracts.messages import CommandKind
+from contracts.vocabulary import ErrorReason
 
 if TYPE_CHECKING:
     from agent.httpclient import Transport
@@ -50,6 +57,10 @@ if TYPE_CHECKING:
 __all__ = ["AgentRuntime"]
 
 log = logging.getLogger(__name__)
+
+# The Console's answers that mean "this key is not the identity's key any more": a fresh JWT
+# will never come, and connecting again is pointless (see ``NatsSession._retire``).
+_RETIRED_REASONS = frozenset({str(ErrorReason.IDENTITY_REBOUND), str(ErrorReason.NOT_CURRENT_KEY)})
 
 LOCK_FILE = "agent.lock"
 
@@ -97,7 +108,12 @@ class AgentRuntime:
         """A JWT for ``seed``'s key from the Console, or None when it refuses or is away."""
         try:
             answer = await self.backend().nats_credentials(agent_id, seed)
-        except (BackendAnswerError, BackendError) as e:
+        except BackendAnswerError as e:
+            if e.status == 401 and e.reason in _RETIRED_REASONS:
+                raise IdentityRetiredError(e.reason, e.detail or str(e)) from None
+            log.warning("could not fetch nats credentials for agent %s: %s", agent_id, e)
+            return None
+        except BackendError as e:
             log.warning("could not fetch nats credentials for agent %s: %s", agent_id, e)
             return None
         return answer.nats_jwt

@@ -10,7 +10,13 @@ States (:class:`SessionState`)::
 
     idle → connecting → connected → disconnected → connecting → …
                      ↘ unauthorized (key refused) → connecting → …
+                     ↘ retired (key refused, and the Console says it is not the identity's key
+                       any more: re-bound elsewhere, revoked, released) — no more attempts
     any → closed (stop)
+
+A refused key is never retried blindly: the session first asks the Console for a fresh JWT for
+its current key (``fetch_jwt``); a JWT the server takes again is kept; a Console refusal ends
+the session in ``retired`` with the Console's words, logged once.
 """
 
 from __future__ import annotations
@@ -23,7 +29,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import nats
 import nats.errors
@@ -32,8 +37,11 @@ from nats.aio.msg import Msg
 
 from agent.backoff import Backoff, RetryLog
 from agent.credentials import public_key
-from agent.errors import NatsAuthorizationError, NatsConnectError
+from agent.errors import IdentityRetiredError, NatsAuthorizationError, NatsConnectError
 from agent.health import Readiness
+from agent.nats_links import describe_error as _describe
+from agent.nats_links import display_url
+from agent.nats_links import first_of as _first
 from agent.state import StateStore
 from contracts import subjects
 from contracts.durations import format_duration
@@ -59,6 +67,7 @@ class SessionState(StrEnum):
     CONNECTED = "connected"
     DISCONNECTED = "disconnected"
     UNAUTHORIZED = "unauthorized"
+    RETIRED = "retired"
     CLOSED = "closed"
 
 
@@ -77,33 +86,6 @@ class ReconnectPolicy:
 
     def backoff(self) -> Backoff:
         return Backoff(initial=self.wait, maximum=self.max_wait, jitter=self.jitter)
-
-
-def display_url(url: str) -> str:
-    """``url`` without any user:password part, for logs."""
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
-        return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-    return url
-
-
-def _describe(error: BaseException | None) -> str:
-    if error is None:
-        return "no server available"
-    text = str(error).strip() or error.__class__.__name__
-    return text.removeprefix("nats: ").strip("'")
-
-
-async def _first(*events: asyncio.Event) -> None:
-    waiters = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
 
 
 class NatsSession:
@@ -254,6 +236,9 @@ class NatsSession:
                 url = self.store.current.nats_url
                 try:
                     client, closed = await self._connect_current()
+                except IdentityRetiredError as e:
+                    self._retire(e)
+                    break
                 except NatsAuthorizationError:
                     step = backoff.step(attempt)
                     self._set_state(
@@ -300,7 +285,19 @@ class NatsSession:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
         finally:
-            self._set_state(SessionState.CLOSED, "nats closed: agent stopping")
+            if self._state is not SessionState.RETIRED:
+                self._set_state(SessionState.CLOSED, "nats closed: agent stopping")
+
+    def _retire(self, error: IdentityRetiredError) -> None:
+        """The key is gone for good: say so once, stay not-ready, stop connecting."""
+        self._set_state(SessionState.RETIRED, f"identity retired: {error.message}")
+        log.error(
+            "nats refused agent %s and the Console confirms its key is no longer the identity's "
+            "(%s): %s; not retrying",
+            self.agent_id,
+            error.reason,
+            error.message,
+        )
 
     async def _hold(self, client: Client, closed: asyncio.Event, verb: str) -> bool:
         """Serve one live connection until it closes, a reconnect is asked for, or stop.
@@ -382,15 +379,20 @@ class NatsSession:
                 state.nats_url, state.seed.get_secret_value(), state.nats_jwt
             )
         except NatsAuthorizationError:
-            if state.pending_seed is None or self.trial:
+            if self.trial:
                 raise
+            if state.pending_seed is None:
+                return await self._connect_renewed(state.agent_id)
         else:
             self._key = state.public_key
             return connected
         pending = state.pending_seed.get_secret_value()
         pending_jwt = state.pending_jwt
         if pending_jwt is None and self.fetch_jwt is not None:
-            pending_jwt = await self.fetch_jwt(state.agent_id, pending)
+            try:
+                pending_jwt = await self.fetch_jwt(state.agent_id, pending)
+            except IdentityRetiredError:
+                pending_jwt = None  # the rotation never completed: the pending key is no one's
         log.info(
             "nats refused the current key of agent %s; trying the key of an unfinished "
             "credential rotation (%s)",
@@ -407,6 +409,21 @@ class NatsSession:
             "agent's key",
             public_key(pending),
         )
+        return connected
+
+    async def _connect_renewed(self, agent_id: str) -> tuple[Client, asyncio.Event]:
+        """The current key was refused: ask the Console for a fresh JWT for it (an expired or
+        re-signed one, after an upgrade) and connect with it. Raises
+        :class:`IdentityRetiredError` when the Console says the key is not the identity's."""
+        state = self.store.current
+        seed = state.seed.get_secret_value()
+        jwt = None if self.fetch_jwt is None else await self.fetch_jwt(agent_id, seed)
+        if jwt is None or jwt == state.nats_jwt:
+            raise NatsAuthorizationError(state.nats_url)
+        log.info("nats refused agent %s; connecting with a fresh JWT from the Console", agent_id)
+        connected = await self._connect(state.nats_url, seed, jwt)
+        self.store.update(nats_jwt=jwt)
+        self._key = state.public_key
         return connected
 
     async def _connect(

@@ -92,7 +92,8 @@ class Agent(SQLModel, table=True):
         UniqueConstraint(
             "environment_id", "agent_type", "name", name="uq_agent_environment_type_name"
         ),
-        Index("ix_agent_nats_public_key", "nats_public_key"),
+        # Keys are unique across all records (issue 11): one key, one identity, one revocation.
+        Index("ix_agent_nats_public_key", "nats_public_key", unique=True),
     )
 
     id: str = Field(default_factory=new_id, primary_key=True, max_length=32)
@@ -130,6 +131,9 @@ class Agent(SQLModel, table=True):
     last_conflict_at: datetime | None = None
     last_conflict_reason: str | None = Field(default=None, max_length=64)
     conflict_count: int = 0
+    rebound_at: datetime | None = Field(
+        default=None, description="last quiet re-bind onto another machine (flag ``rebound``)"
+    )
 
 
 class AgentEvidence(SQLModel, table=True):

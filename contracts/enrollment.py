@@ -3,9 +3,14 @@
 An agent proves it holds the private half of the nkey it enrolls with by signing
 :func:`enrollment_message`. Signatures travel as URL-safe base64 of the 64 raw ed25519 bytes;
 padding (``=``) is optional and the Console accepts both. The Console verifies the signature and
-a timestamp window, so a captured request cannot be replayed later.
+a timestamp window, so a captured request cannot be replayed later; the message covers the
+install token (its SHA-256) and every identity field, so a captured body cannot be re-sent with
+another tenant's token, nor with another name, version or signal.
 """
 
+import hashlib
+import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated
 
@@ -53,11 +58,58 @@ class EnrollRequest(BaseModel):
     ] = Field(default_factory=dict, max_length=32)
 
 
+def install_token_digest(install_token: str) -> str:
+    """What the enrollment proof carries of the install token: its SHA-256 (hex), the same the
+    Console stores. Binding the proof to it ties the request to one tenant and environment."""
+    return hashlib.sha256(install_token.encode()).hexdigest()
+
+
 def enrollment_message(
-    *, agent_type: str, name: str, public_key: str, signed_at: datetime
+    *,
+    install_token: str,
+    agent_type: str,
+    name: str,
+    public_key: str,
+    signed_at: datetime,
+    version: str,
+    instance_id: str,
+    signals: Mapping[str, str] | None = None,
+    can_self_update: bool = True,
+    labels: Mapping[str, str] | None = None,
 ) -> bytes:
-    """The bytes an agent signs with its new nkey when it enrolls."""
-    return f"proxima-enroll\n{agent_type}\n{name}\n{public_key}\n{signed_at.isoformat()}".encode()
+    """The bytes an agent signs with its new nkey when it enrolls: every field of the request
+    but the signature, the install token as :func:`install_token_digest` (``signals`` as
+    :meth:`IdentitySignals.present` gives them)."""
+    fields = {
+        "install_token_sha256": install_token_digest(install_token),
+        "agent_type": str(agent_type),
+        "name": name,
+        "public_key": public_key,
+        "signed_at": signed_at.isoformat(),
+        "version": version,
+        "instance_id": instance_id,
+        "signals": dict(sorted((signals or {}).items())),
+        "can_self_update": can_self_update,
+        "labels": dict(sorted((labels or {}).items())),
+    }
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return f"proxima-enroll-v2\n{canonical}".encode()
+
+
+def enrollment_message_of(request: EnrollRequest) -> bytes:
+    """:func:`enrollment_message` for a request as received (what the Console verifies)."""
+    return enrollment_message(
+        install_token=request.install_token,
+        agent_type=request.agent_type.value,
+        name=request.name,
+        public_key=request.public_key,
+        signed_at=request.signed_at,
+        version=request.version,
+        instance_id=request.instance_id,
+        signals=request.signals.present(),
+        can_self_update=request.can_self_update,
+        labels=request.labels,
+    )
 
 
 class EnrollResponse(BaseModel):

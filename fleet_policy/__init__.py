@@ -65,8 +65,10 @@ from fleet_policy.identities import (
     agent_status,
     decide_enrollment,
     decide_release,
+    evidence_matches,
     is_online,
     is_quiet,
+    token_may_enroll,
 )
 from fleet_policy.ids import AgentId, EnvironmentId, NodeName
 from fleet_policy.states import (
@@ -184,6 +186,7 @@ __all__ = [
     "decide_release",
     "evaluate_eligibility",
     "evaluate_thresholds",
+    "evidence_matches",
     "is_online",
     "is_quiet",
     "next_state",
@@ -191,6 +194,7 @@ __all__ = [
     "parse_version_range",
     "plan_hostdatadir_migration",
     "plan_waves",
+    "token_may_enroll",
     "try_parse_version",
     "wave_sizes",
 ]

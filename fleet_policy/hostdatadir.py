@@ -93,7 +93,8 @@ class MigrationNode:
     records: tuple[AgentRecord, ...] = ()
     host_agent_running: bool = False
     host_identity_readable: bool = False
-    """Whether the DaemonSet pod mounts the host root and can read machine-id / DMI uuid."""
+    """Whether the DaemonSet pod mounts the host root and can read every kind of identity
+    evidence the record holds (machine-id, and the root-only DMI uuid where it holds one)."""
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,18 @@ def _classify_record(node: MigrationNode, record: AgentRecord, window: float) ->
     wait = _window_text(window)
 
     if record.released and not record.revoked:
+        if record.has_identity_evidence and not node.host_identity_readable:
+            # Release frees the key, never the evidence check (fleet_policy.identities, rule 4).
+            return _row(
+                node,
+                NodeClass.NEEDS_RELEASE,
+                f"{record.agent_id} is released but holds identity evidence the pod cannot "
+                "read: mount the host root (as root, for the DMI uuid) or revoke "
+                f"{record.agent_id} so the pod enrolls a new record",
+                agent_id=record.agent_id,
+                reasons=(ReleaseReason.NO_HOST_IDENTITY,),
+                releasable=False,
+            )
         return _row(
             node,
             NodeClass.REBIND_POSSIBLE,

@@ -10,17 +10,25 @@ all (the record counts as quiet, and is never online).
 Enrollment names ``(environment, agent_type, name)``; the record already holding it decides, in
 this order (:func:`decide_enrollment`):
 
+0. the install token may not enroll this agent type → refuse ``install_token_scope`` (a
+   cluster-bound token enrolls only the Kubernetes agents of its cluster, :func:`token_may_enroll`)
 1. none                         → create a new record
 2. same public key, not revoked → the same identity again (a retried request is harmless)
 3. revoked                      → refuse ``agent_revoked``
-4. released (holds no key)      → re-bind (``released``)
+4. released (holds no key)      → re-bind (``released``) when the evidence matches (rule 7);
+   a released record that holds no evidence re-binds without any
 5. seen within the quiet window → refuse ``name_in_use`` (a second live process)
 6. no identity evidence         → refuse ``no_identity_evidence``
-7. no presented signal matches  → refuse ``identity_mismatch``
+7. the presented signals do not cover the record's evidence → refuse ``identity_mismatch``:
+   for *every kind* of evidence the record holds (machine-id, DMI product uuid) the claim must
+   present a value of that kind the record holds (:func:`evidence_matches`). One matching
+   world-readable machine-id is not enough when the record also holds the root-only DMI uuid.
 8. otherwise                    → re-bind (``quiet_with_evidence``)
 
 Quiet means seen *more* than the window ago (the seed: "quiet for more than five minutes";
-release "refuses … one seen in the last 5 minutes").
+release "refuses … one seen in the last 5 minutes"). Release frees only the NATS identity (the
+key), never the evidence check: an operator who wants a machine without the evidence to take a
+released record must also forget its evidence (``release-identity?forget_evidence=true``).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from contracts.vocabulary.agents import AgentStatus
+from contracts.vocabulary.agents import AgentStatus, AgentType
 from contracts.vocabulary.identities import ReleaseOutcome
 from contracts.vocabulary.reasons import ErrorReason
 from fleet_policy.ids import AgentId
@@ -47,9 +55,12 @@ __all__ = [
     "agent_status",
     "decide_enrollment",
     "decide_release",
+    "evidence_matches",
     "is_online",
     "is_quiet",
+    "missing_evidence_kinds",
     "rebind_refusals",
+    "token_may_enroll",
 ]
 
 DEFAULT_QUIET_WINDOW_SECONDS: Final = 300.0
@@ -133,10 +144,42 @@ class HeldRecord:
 
 @dataclass(frozen=True)
 class EnrollmentClaim:
-    """What the enrolling process presents: its key and its signals as ``(kind, value hash)``."""
+    """What the enrolling process presents: its key and its signals as ``(kind, value hash)``,
+    the agent type it enrolls as and whether its install token is bound to a cluster."""
 
     public_key: str
     signals: frozenset[tuple[str, str]] = frozenset()
+    agent_type: AgentType | None = None
+    cluster_bound_token: bool = False
+
+
+CLUSTER_TOKEN_TYPES: Final = frozenset(
+    {AgentType.K8S_NODE_MONITOR, AgentType.K8S_CLUSTER_COLLECTOR}
+)
+"""What a cluster-bound install token (the one the Helm chart carries) may enroll."""
+
+
+def token_may_enroll(agent_type: AgentType | None, *, cluster_bound: bool) -> bool:
+    """Whether an install token may enroll (create or re-bind) an agent of ``agent_type``: an
+    environment-wide token any type, a cluster-bound one only the Kubernetes agents."""
+    return not cluster_bound or agent_type in CLUSTER_TOKEN_TYPES
+
+
+def missing_evidence_kinds(
+    evidence: frozenset[tuple[str, str]], presented: frozenset[tuple[str, str]]
+) -> frozenset[str]:
+    """The kinds of evidence a record holds for which ``presented`` has no matching value."""
+    held_kinds = {kind for kind, _ in evidence}
+    matched = {kind for kind, _ in evidence & presented}
+    return frozenset(held_kinds - matched)
+
+
+def evidence_matches(
+    evidence: frozenset[tuple[str, str]], presented: frozenset[tuple[str, str]]
+) -> bool:
+    """Whether ``presented`` covers the record's evidence: some held value of *every* kind the
+    record holds (empty evidence is never matched: :func:`rebind_refusals` refuses it apart)."""
+    return bool(evidence) and not missing_evidence_kinds(evidence, presented)
 
 
 class EnrollmentAction(StrEnum):
@@ -169,8 +212,8 @@ def rebind_refusals(
 ) -> tuple[ErrorReason, ...]:
     """Every reason a re-bind onto a record that still holds a key is refused, in
     :data:`REBIND_REFUSALS` order (empty: it re-binds). ``quiet`` is whether the record is (or
-    will be, for a plan) quiet; ``signals_match`` whether a presented signal is among its
-    evidence."""
+    will be, for a plan) quiet; ``signals_match`` whether the presented signals cover its
+    evidence (:func:`evidence_matches`: a value of every kind it holds)."""
     found = {
         ErrorReason.AGENT_REVOKED: revoked,
         ErrorReason.NAME_IN_USE: not quiet,
@@ -185,6 +228,12 @@ def decide_enrollment(
 ) -> EnrollmentDecision:
     """What an enrollment under a name does, given the record holding it (module docstring)."""
     _check_window("quiet_window_seconds", quiet_window_seconds)
+    if not token_may_enroll(claim.agent_type, cluster_bound=claim.cluster_bound_token):
+        return EnrollmentDecision(
+            EnrollmentAction.REFUSE,
+            agent_id=None if record is None else record.agent_id,
+            refusal=ErrorReason.INSTALL_TOKEN_SCOPE,
+        )
     if record is None:
         return EnrollmentDecision(EnrollmentAction.CREATE)
     if record.public_key == claim.public_key and not record.revoked:
@@ -193,7 +242,14 @@ def decide_enrollment(
         return EnrollmentDecision(
             EnrollmentAction.REFUSE, agent_id=record.agent_id, refusal=ErrorReason.AGENT_REVOKED
         )
+    matches = evidence_matches(record.evidence, claim.signals)
     if record.released:
+        if record.evidence and not matches:
+            return EnrollmentDecision(
+                EnrollmentAction.REFUSE,
+                agent_id=record.agent_id,
+                refusal=ErrorReason.IDENTITY_MISMATCH,
+            )
         return EnrollmentDecision(
             EnrollmentAction.REBIND, agent_id=record.agent_id, how=RebindHow.RELEASED
         )
@@ -201,7 +257,7 @@ def decide_enrollment(
         revoked=record.revoked,
         quiet=is_quiet(record.seconds_since_seen, quiet_window_seconds),
         has_evidence=bool(record.evidence),
-        signals_match=bool(record.evidence & claim.signals),
+        signals_match=matches,
     )
     if refusals:
         return EnrollmentDecision(

@@ -126,6 +126,16 @@ def agent_rules(facts: AuditFacts) -> Iterable[Finding]:
                 reason=str(reason),
                 count=conflict.count,
             )
+        if AgentFlag.REBOUND in flags:
+            yield _agent_finding(
+                a,
+                "rebound",
+                Severity.WARNING,
+                f"{label}: re-bound onto another machine (quiet, every kind of identity "
+                "evidence matched); the previous key was retired and its commands cancelled",
+                "expected after moving an agent (hostDataDir change, reinstall); otherwise check "
+                "the record's history for the install token used and revoke it",
+            )
         if AgentFlag.REFUSED_STILL_CONNECTING in flags:
             yield _agent_finding(
                 a,

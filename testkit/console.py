@@ -22,6 +22,24 @@ from contracts.enrollment import enrollment_message
 from testkit.net import free_port
 from testkit.waiting import CannotHappenError, wait_for
 
+
+def enrollment_body_message(body: dict[str, Any]) -> bytes:
+    """The enrollment message for a JSON body as sent (its fields, whatever their values)."""
+    signals = {k: v for k, v in (body.get("signals") or {}).items() if v}
+    return enrollment_message(
+        install_token=str(body["install_token"]),
+        agent_type=str(body["agent_type"]),
+        name=str(body["name"]),
+        public_key=str(body["public_key"]),
+        signed_at=datetime.fromisoformat(str(body["signed_at"])),
+        version=str(body["version"]),
+        instance_id=str(body["instance_id"]),
+        signals=signals,
+        can_self_update=bool(body.get("can_self_update", True)),
+        labels=dict(body.get("labels") or {}),
+    )
+
+
 # The identity quiet window and stale timeout the suite's Consoles run with (seconds).
 QUIET_SECONDS = 1.5
 QUIET_ENV = {
@@ -188,26 +206,21 @@ class Identity:
     def enroll_body(
         self, install_token: str, version: str = "0.8.0", **over: Any
     ) -> dict[str, Any]:
+        """A signed enrollment body; ``over`` replaces fields *before* signing (a ``signature``
+        in ``over`` replaces the signature itself)."""
         signed_at = datetime.now(UTC)
-        body = {
+        body: dict[str, Any] = {
             "install_token": install_token,
             "agent_type": self.agent_type,
             "name": self.name,
             "public_key": self.public_key,
-            "signature": self.sign(
-                enrollment_message(
-                    agent_type=self.agent_type,
-                    name=self.name,
-                    public_key=self.public_key,
-                    signed_at=signed_at,
-                )
-            ),
             "signed_at": signed_at.isoformat(),
             "signals": {"machine_id": self.machine_id, "product_uuid": self.product_uuid},
             "version": version,
             "instance_id": self.instance_id,
         }
-        body.update(over)
+        body.update({k: v for k, v in over.items() if k != "signature"})
+        body["signature"] = over.get("signature") or self.sign(enrollment_body_message(body))
         return body
 
     def enroll(self, console: ConsoleProcess, install_token: str, **over: Any) -> httpx.Response:

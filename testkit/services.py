@@ -40,7 +40,12 @@ from console.services.heartbeats import record_heartbeats
 from console.services.rollouts.results import record_results
 from console.services.unit_of_work import UnitOfWork, UnitsOfWork
 from contracts.agent_types import AgentType
-from contracts.enrollment import EnrollRequest, EnrollResponse, IdentitySignals, enrollment_message
+from contracts.enrollment import (
+    EnrollRequest,
+    EnrollResponse,
+    IdentitySignals,
+    enrollment_message_of,
+)
 from contracts.messages import CommandKind, CommandResult, CommandStatus, Heartbeat
 from testkit.console import b64
 
@@ -259,25 +264,24 @@ class AgentKey:
         return AgentKey(self.name, self.agent_type, self.machine_id, self.product_uuid)
 
     def request(self, install_token: str, signed_at: datetime, **over: Any) -> EnrollRequest:
-        message = enrollment_message(
-            agent_type=self.agent_type.value,
-            name=self.name,
-            public_key=self.public_key,
-            signed_at=signed_at,
-        )
+        """A signed request; ``over`` replaces fields before signing (``signature`` after)."""
         body: dict[str, Any] = {
             "install_token": install_token,
             "agent_type": self.agent_type,
             "name": self.name,
             "public_key": self.public_key,
-            "signature": b64(nkeys.from_seed(bytearray(self.seed)).sign(message)),
+            "signature": "x" * 86,
             "signed_at": signed_at,
             "signals": IdentitySignals(machine_id=self.machine_id, product_uuid=self.product_uuid),
             "version": "0.8.0",
             "instance_id": self.instance_id,
-            **over,
+            **{k: v for k, v in over.items() if k != "signature"},
         }
-        return EnrollRequest(**body)
+        unsigned = EnrollRequest(**body)
+        signature = over.get("signature") or b64(
+            nkeys.from_seed(bytearray(self.seed)).sign(enrollment_message_of(unsigned))
+        )
+        return unsigned.model_copy(update={"signature": signature})
 
 
 # -- the whole -------------------------------------------------------------------------------------

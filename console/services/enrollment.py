@@ -22,9 +22,10 @@ from sqlmodel import Session, col, select
 from console.core.clock import utcnow
 from console.core.secrets import evidence_hash, token_hash
 from console.core.signatures import SignatureError, verify
-from console.errors import BadRequestError, ConflictError, UnauthorizedError
-from console.models import Agent, AgentEvidence, InstallToken
+from console.errors import BadRequestError, ConflictError, ForbiddenError, UnauthorizedError
+from console.models import Agent, AgentEvidence, InstallToken, NatsRevocation
 from console.services.agent_records import add_event, record_evidence, revoke_key, seen_at
+from console.services.rebinding import cancel_in_flight, rebound_refusal
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.agent_types import AgentType
 from contracts.enrollment import (
@@ -32,7 +33,7 @@ from contracts.enrollment import (
     EnrollResponse,
     NatsCredentials,
     NatsCredentialsRequest,
-    enrollment_message,
+    enrollment_message_of,
     nats_credentials_message,
 )
 from contracts.vocabulary import ErrorReason
@@ -43,6 +44,7 @@ from fleet_policy.identities import (
     HeldRecord,
     RebindHow,
     decide_enrollment,
+    missing_evidence_kinds,
 )
 
 ENROLL_DB_SECONDS = Histogram(
@@ -94,14 +96,8 @@ def _check_signature(req: EnrollRequest, now: datetime, skew_seconds: float) -> 
             f"enrollment was signed at {signed_at.isoformat()}, more than {skew_seconds:g} s "
             "from the Console's clock: check the agent's clock",
         )
-    message = enrollment_message(
-        agent_type=req.agent_type.value,
-        name=req.name,
-        public_key=req.public_key,
-        signed_at=req.signed_at,
-    )
     try:
-        verify(req.public_key, message, req.signature)
+        verify(req.public_key, enrollment_message_of(req), req.signature)
     except SignatureError as exc:
         raise BadRequestError(
             ErrorReason.BAD_SIGNATURE,
@@ -121,11 +117,30 @@ def _held(session: Session, agent: Agent, now: datetime) -> HeldRecord:
     )
 
 
-def _claim(req: EnrollRequest) -> EnrollmentClaim:
+def _claim(req: EnrollRequest, token: InstallToken) -> EnrollmentClaim:
     return EnrollmentClaim(
         public_key=req.public_key,
         signals=frozenset((k, evidence_hash(k, v)) for k, v in req.signals.present().items()),
+        agent_type=req.agent_type,
+        cluster_bound_token=token.cluster_slug is not None,
     )
+
+
+def _check_key_free(session: Session, req: EnrollRequest, existing: Agent | None) -> None:
+    """Keys are unique across all records, and a key once taken away never comes back: not
+    under another name, not in another environment or tenant."""
+    if session.get(NatsRevocation, req.public_key) is not None:
+        raise ConflictError(
+            ErrorReason.PUBLIC_KEY_RETIRED,
+            "this public key was taken away (revoked, released, rotated or re-bound) and can "
+            "never enroll again: generate a new key",
+        )
+    holder = find_by_public_key(session, req.public_key)
+    if holder is not None and (existing is None or holder.id != existing.id):
+        raise ConflictError(
+            ErrorReason.PUBLIC_KEY_IN_USE,
+            "another record holds this public key; every identity has its own key",
+        )
 
 
 class EnrollmentConflictError(ConflictError):
@@ -137,9 +152,14 @@ class EnrollmentConflictError(ConflictError):
 
 
 def _refusal(
-    reason: ErrorReason, agent: Agent, held: HeldRecord, quiet_seconds: float
+    reason: ErrorReason,
+    agent: Agent,
+    held: HeldRecord,
+    quiet_seconds: float,
+    presented: EnrollmentClaim,
 ) -> EnrollmentConflictError:
     """The 409 for a refusal ``decide_enrollment`` made, with words for the operator."""
+    missing = missing_evidence_kinds(held.evidence, presented.signals)
     label = f"{agent.agent_type} {agent.name!r}"
     quiet_for = held.seconds_since_seen or 0.0
     message = {
@@ -152,7 +172,9 @@ def _refusal(
         "no identity evidence to match: free it with "
         "POST /api/v1/fleet/agents/{agentID}/release-identity",
         ErrorReason.IDENTITY_MISMATCH: f"{label} is held by agent {agent.id}; this machine "
-        "presents no identity signal (machine-id, DMI product uuid) the record carries",
+        "does not present a matching value of every kind of identity evidence the record "
+        f"carries (missing or different: {', '.join(sorted(missing)) or 'none'}; the DMI "
+        "product uuid is readable by root only)",
     }.get(reason, f"{label} is held by agent {agent.id}")
     return EnrollmentConflictError(reason, message, agent_id=agent.id)
 
@@ -179,7 +201,16 @@ def enroll(
     ).first()
 
     held = None if existing is None else _held(session, existing, now)
-    decision = decide_enrollment(held, _claim(req), quiet_window_seconds=quiet_seconds)
+    claim = _claim(req, token)
+    decision = decide_enrollment(held, claim, quiet_window_seconds=quiet_seconds)
+    if decision.refusal is ErrorReason.INSTALL_TOKEN_SCOPE:
+        raise ForbiddenError(
+            ErrorReason.INSTALL_TOKEN_SCOPE,
+            f"install token {token.prefix}… is bound to cluster {token.cluster_slug!r}: it "
+            f"enrolls only Kubernetes agents, not {req.agent_type.value}",
+        )
+    if decision.action in (EnrollmentAction.CREATE, EnrollmentAction.REBIND):
+        _check_key_free(session, req, existing)
     match decision.action:
         case EnrollmentAction.SAME_IDENTITY:
             assert existing is not None
@@ -188,7 +219,7 @@ def enroll(
             outcome = _create(session, req, token, now)
         case EnrollmentAction.REFUSE:
             assert existing is not None and held is not None and decision.refusal is not None
-            conflict = _refusal(decision.refusal, existing, held, quiet_seconds)
+            conflict = _refusal(decision.refusal, existing, held, quiet_seconds, claim)
             _record_conflict(session, existing, conflict, now)
             raise conflict
         case EnrollmentAction.REBIND:
@@ -256,6 +287,9 @@ def _rebind(
     replaced = existing.nats_public_key
     if replaced is not None:
         revoke_key(session, agent_id=existing.id, public_key=replaced, reason="rebound", now=now)
+    ended = cancel_in_flight(session, existing, now)
+    if how is RebindHow.QUIET_WITH_EVIDENCE:
+        existing.rebound_at = now
     existing.nats_public_key = req.public_key
     existing.version = req.version
     existing.instance_id = req.instance_id
@@ -283,6 +317,9 @@ def _rebind(
         ),
         how=how.value,
         version=req.version,
+        retired_key=replaced,
+        install_token=token.prefix,
+        **ended,
     )
     return EnrollOutcome(
         agent=existing, created=False, rebound=True, revoked_key=replaced is not None
@@ -382,7 +419,15 @@ async def nats_credentials(
         raise UnauthorizedError(
             ErrorReason.BAD_SIGNATURE, f"signature does not verify: {exc.why}"
         ) from exc
-    agent = await rt.units.run(lambda uow: uow.session.get(Agent, agent_id))
+
+    def look(uow: UnitOfWork) -> tuple[Agent | None, str | None]:
+        return uow.session.get(Agent, agent_id), rebound_refusal(
+            uow.session, agent_id, body.public_key
+        )
+
+    agent, rebound = await rt.units.run(look)
+    if rebound is not None:
+        raise UnauthorizedError(ErrorReason.IDENTITY_REBOUND, rebound)
     if agent is None or agent.nats_public_key != body.public_key or agent.revoked_at is not None:
         raise UnauthorizedError(
             ErrorReason.NOT_CURRENT_KEY,

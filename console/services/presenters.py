@@ -19,6 +19,7 @@ from console.models import (
 )
 from console.schemas import ApiTokenPublic, InstallTokenPublic
 from console.services.agent_records import seconds_since_seen, status
+from console.services.rebinding import is_recently_rebound
 from contracts.views import (
     AgentDetailView,
     AgentEventView,
@@ -45,6 +46,8 @@ def agent_flags(
         flags.append(AgentFlag.NO_IDENTITY_EVIDENCE)
     if not agent.can_self_update:
         flags.append(AgentFlag.CANNOT_SELF_UPDATE)
+    if is_recently_rebound(agent, utcnow()):
+        flags.append(AgentFlag.REBOUND)
     return flags
 
 

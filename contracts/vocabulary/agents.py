@@ -28,3 +28,5 @@ class AgentFlag(StrEnum):
     NO_IDENTITY_EVIDENCE = "no_identity_evidence"
     CANNOT_SELF_UPDATE = "cannot_self_update"
     REFUSED_STILL_CONNECTING = "refused_still_connecting"
+    REBOUND = "rebound"
+    """Re-bound onto another machine (quiet, evidence matched) within the last week."""

@@ -24,10 +24,18 @@ class ErrorReason(StrEnum):
     INSTALL_TOKEN_REVOKED = "install_token_revoked"
     INSTALL_TOKEN_EXPIRED = "install_token_expired"
     INSTALL_TOKEN_EXHAUSTED = "install_token_exhausted"
+    INSTALL_TOKEN_SCOPE = "install_token_scope"
+    """403: the token may not enroll this agent type (a cluster-bound token and a host)."""
     # --- signatures and keys ---------------------------------------------------------- 400/401
     STALE_SIGNATURE = "stale_signature"
     BAD_SIGNATURE = "bad_signature"
     NOT_CURRENT_KEY = "not_current_key"
+    IDENTITY_REBOUND = "identity_rebound"
+    """401: the key was retired because its record was re-bound to another machine."""
+    PUBLIC_KEY_IN_USE = "public_key_in_use"
+    """409: another record holds this public key (keys are unique across all records)."""
+    PUBLIC_KEY_RETIRED = "public_key_retired"
+    """409: this key was taken away (revoked, released, rotated, re-bound): never again."""
     # --- enrollment conflicts (409; was ``ConflictReason``) ----------------------------------
     NAME_IN_USE = "name_in_use"
     NO_IDENTITY_EVIDENCE = "no_identity_evidence"

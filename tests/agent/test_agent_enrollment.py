@@ -7,7 +7,6 @@ import json
 import logging
 import stat
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from agent.health import Readiness
 from agent.httpclient import HttpRequest, HttpResponse, Transport
 from agent.state import StateStore
 from contracts.agent_types import AgentType
-from contracts.enrollment import EnrollRequest, enrollment_message
+from contracts.enrollment import EnrollRequest, enrollment_message_of, install_token_digest
 from testkit.agent_state import verify
 from testkit.fake_console import answer
 from testkit.net import free_port
@@ -117,13 +116,11 @@ async def test_fresh_enrollment_persists_state_and_logs_enrolled(
     assert request.signals.machine_id == "0123456789abcdef0123456789abcdef"
     assert request.labels == {"zone": "a"}
     assert request.public_key == state.public_key
-    message = enrollment_message(
-        agent_type="host",
-        name="node-1",
-        public_key=request.public_key,
-        signed_at=datetime.fromisoformat(console.requests[0]["signed_at"].replace("Z", "+00:00")),
-    )
+    message = enrollment_message_of(request)
     assert verify(request.public_key, message, request.signature)
+    assert message.startswith(b"proxima-enroll-v2\n")
+    assert install_token_digest(TOKEN).encode() in message
+    assert TOKEN.encode() not in message
     enrolled = [r.getMessage() for r in caplog.records if "enrolled" in r.getMessage()]
     assert enrolled == ["enrolled as agent ag_fresh (host 'node-1') in environment env_1"]
     assert state.seed.get_secret_value() not in caplog.text

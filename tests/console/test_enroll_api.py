@@ -60,19 +60,27 @@ def test_the_same_name_under_another_agent_type_is_a_free_name(console):
     assert a.json()["agent_id"] != b.json()["agent_id"]
 
 
-def test_a_quiet_record_is_rebound_by_a_matching_machine_id_keeping_id_and_history(console):
+def test_a_quiet_record_is_rebound_by_every_kind_of_evidence_it_holds_keeping_id_and_history(
+    console,
+):
     token = console.install_token()
     old = Identity(
         name="node-c", agent_type="k8s-node-monitor", machine_id="m-c", product_uuid="u-c"
     )
     agent_id = old.enroll(console, token).json()["agent_id"]
     _quiet(console, agent_id)
-    moved = Identity(name="node-c", agent_type="k8s-node-monitor", machine_id="m-c")
+    machine_id_only = Identity(name="node-c", agent_type="k8s-node-monitor", machine_id="m-c")
+    refused = machine_id_only.enroll(console, token)
+    assert (refused.status_code, refused.json()["reason"]) == (409, "identity_mismatch")
+    assert "product_uuid" in refused.json()["message"]
+    moved = Identity(
+        name="node-c", agent_type="k8s-node-monitor", machine_id="m-c", product_uuid="U-C"
+    )
     r = moved.enroll(console, token)
     assert r.status_code == 200, r.text
     assert r.json() == {**r.json(), "agent_id": agent_id, "rebound": True}
     kinds = [h["kind"] for h in console.agent(agent_id)["history"]]
-    assert kinds[:2] == ["rebound", "enrolled"]
+    assert (kinds[0], kinds[-1]) == ("rebound", "enrolled")
 
 
 def test_the_dmi_product_uuid_alone_is_enough_evidence(console):

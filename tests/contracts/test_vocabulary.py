@@ -99,6 +99,7 @@ def test_the_folded_enrollment_and_release_reasons_keep_their_values() -> None:
                 "no_identity_evidence",
                 "cannot_self_update",
                 "refused_still_connecting",
+                "rebound",
             },
         ),
         (

@@ -178,9 +178,9 @@ def test_every_node_gets_one_consistent_row(given_nodes: list[MigrationNode]) ->
         }
 
 
-def test_a_released_record_re_binds_whatever_the_node_shows() -> None:
-    """The Console re-binds a released record on the next enrollment, before any quiet or
-    evidence check (fleet_policy.identities.decide_enrollment, rule 4)."""
+def test_a_released_record_without_evidence_re_binds_whatever_the_node_shows() -> None:
+    """The Console re-binds a released record that holds no evidence on the next enrollment,
+    before any quiet check (fleet_policy.identities.decide_enrollment, rule 4)."""
     plan = plan_hostdatadir_migration(
         [
             MigrationNode(
@@ -200,3 +200,23 @@ def test_a_released_record_re_binds_whatever_the_node_shows() -> None:
     )
     (row,) = plan.rows
     assert (row.node_class, row.reasons, row.releasable) == (NodeClass.REBIND_POSSIBLE, (), True)
+
+
+def test_a_released_record_holding_evidence_the_pod_cannot_read_is_not_rebound():
+    """Release frees the key, never the evidence check (issue 11): the plan says so."""
+    plan = plan_hostdatadir_migration(
+        [
+            MigrationNode(
+                name=NodeName("n1"),
+                records=(monitor("a-1", released=True, has_identity_evidence=True),),
+                host_identity_readable=False,
+            )
+        ]
+    )
+    (row,) = plan.rows
+    assert (row.node_class, row.reasons, row.releasable) == (
+        NodeClass.NEEDS_RELEASE,
+        (ReleaseReason.NO_HOST_IDENTITY,),
+        False,
+    )
+    assert "revoke a-1" in row.action

@@ -1,10 +1,10 @@
 """The identity rules: enroll / same identity / re-bind / refuse, release, online, quiet."""
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from contracts.vocabulary import AgentStatus, ErrorReason, ReleaseOutcome
+from contracts.vocabulary import AgentStatus, AgentType, ErrorReason, ReleaseOutcome
 from fleet_policy import (
     DEFAULT_QUIET_WINDOW_SECONDS,
     DEFAULT_STALE_AFTER_SECONDS,
@@ -16,8 +16,10 @@ from fleet_policy import (
     agent_status,
     decide_enrollment,
     decide_release,
+    evidence_matches,
     is_online,
     is_quiet,
+    token_may_enroll,
 )
 
 WINDOW = DEFAULT_QUIET_WINDOW_SECONDS
@@ -85,7 +87,27 @@ def test_status_is_revoked_then_released_then_online_or_offline() -> None:
             None,
             ErrorReason.AGENT_REVOKED,
         ),
-        (held(public_key=None), claim(), EnrollmentAction.REBIND, RebindHow.RELEASED, None),
+        (
+            held(public_key=None),
+            claim(MACHINE),
+            EnrollmentAction.REBIND,
+            RebindHow.RELEASED,
+            None,
+        ),
+        (
+            held(public_key=None, evidence=frozenset()),
+            claim(),
+            EnrollmentAction.REBIND,
+            RebindHow.RELEASED,
+            None,
+        ),
+        (
+            held(public_key=None),
+            claim(),
+            EnrollmentAction.REFUSE,
+            None,
+            ErrorReason.IDENTITY_MISMATCH,
+        ),
         (
             held(seconds_since_seen=WINDOW),
             claim(MACHINE),
@@ -132,7 +154,7 @@ def test_the_enrollment_rules_in_their_order(
 def test_a_quiet_rebind_retires_the_old_key_and_a_rebind_after_release_retires_none() -> None:
     quiet = decide_enrollment(held(), claim(MACHINE), quiet_window_seconds=WINDOW)
     assert quiet.retire_key == "UOLD"
-    released = decide_enrollment(held(public_key=None), claim(), quiet_window_seconds=WINDOW)
+    released = decide_enrollment(held(public_key=None), claim(MACHINE), quiet_window_seconds=WINDOW)
     assert released.retire_key is None
 
 
@@ -170,7 +192,13 @@ records = st.builds(
     seconds_since_seen=ages,
     evidence=signals,
 )
-claims = st.builds(EnrollmentClaim, public_key=st.sampled_from(["UOLD", "UNEW"]), signals=signals)
+claims = st.builds(
+    EnrollmentClaim,
+    public_key=st.sampled_from(["UOLD", "UNEW"]),
+    signals=signals,
+    agent_type=st.none() | st.sampled_from(list(AgentType)),
+    cluster_bound_token=st.booleans(),
+)
 
 
 @given(records, claims, windows)
@@ -180,7 +208,7 @@ def test_a_revoked_record_is_never_rebound_nor_released(
     if record.revoked:
         decision = decide_enrollment(record, presented, quiet_window_seconds=window)
         assert decision.action is EnrollmentAction.REFUSE
-        assert decision.refusal is ErrorReason.AGENT_REVOKED
+        assert decision.refusal in (ErrorReason.AGENT_REVOKED, ErrorReason.INSTALL_TOKEN_SCOPE)
         assert decide_release(record, quiet_window_seconds=window).outcome is (
             ReleaseOutcome.REFUSED
         )
@@ -230,3 +258,64 @@ def test_online_agrees_with_the_status(
     status = agent_status(since, stale_after_seconds=stale, revoked=revoked, holds_identity=holds)
     online = is_online(since, stale_after_seconds=stale, revoked=revoked, holds_identity=holds)
     assert online == (status is AgentStatus.ONLINE)
+
+
+# --- re-bind evidence and token scope (issue 11, item 3) ----------------------------------------
+
+UUID = ("product_uuid", "u-1")
+
+
+def test_a_machine_id_alone_does_not_rebind_a_record_that_holds_a_dmi_uuid() -> None:
+    record = held(evidence=frozenset({MACHINE, UUID}))
+    machine_only = decide_enrollment(record, claim(MACHINE), quiet_window_seconds=WINDOW)
+    assert machine_only.refusal is ErrorReason.IDENTITY_MISMATCH
+    both = decide_enrollment(record, claim(MACHINE, UUID), quiet_window_seconds=WINDOW)
+    assert both.action is EnrollmentAction.REBIND
+    released = held(public_key=None, evidence=frozenset({MACHINE, UUID}))
+    assert decide_enrollment(released, claim(MACHINE), quiet_window_seconds=WINDOW).refusal is (
+        ErrorReason.IDENTITY_MISMATCH
+    )
+
+
+def test_a_record_may_hold_several_values_of_a_kind_and_one_of_them_suffices() -> None:
+    record = held(evidence=frozenset({MACHINE, OTHER, UUID}))
+    assert evidence_matches(record.evidence, frozenset({OTHER, UUID}))
+    assert not evidence_matches(record.evidence, frozenset({MACHINE, OTHER}))
+    assert not evidence_matches(frozenset(), frozenset({MACHINE}))
+
+
+def test_a_cluster_bound_token_enrolls_only_kubernetes_agents() -> None:
+    assert token_may_enroll(AgentType.HOST, cluster_bound=False)
+    assert not token_may_enroll(AgentType.HOST, cluster_bound=True)
+    assert not token_may_enroll(None, cluster_bound=True)
+    assert token_may_enroll(AgentType.K8S_NODE_MONITOR, cluster_bound=True)
+    assert token_may_enroll(AgentType.K8S_CLUSTER_COLLECTOR, cluster_bound=True)
+    host_claim = EnrollmentClaim(
+        public_key="UNEW",
+        signals=frozenset({MACHINE}),
+        agent_type=AgentType.HOST,
+        cluster_bound_token=True,
+    )
+    for record in (None, held(), held(public_key=None)):
+        decision = decide_enrollment(record, host_claim, quiet_window_seconds=WINDOW)
+        assert decision.refusal is ErrorReason.INSTALL_TOKEN_SCOPE
+
+
+@given(records, claims, windows)
+def test_a_rebind_always_presents_every_kind_of_evidence_the_record_holds(
+    record: HeldRecord, presented: EnrollmentClaim, window: float
+) -> None:
+    decision = decide_enrollment(record, presented, quiet_window_seconds=window)
+    if decision.action is EnrollmentAction.REBIND:
+        for kind in {k for k, _ in record.evidence}:
+            assert any(s in record.evidence for s in presented.signals if s[0] == kind)
+
+
+@given(records, claims, windows)
+def test_a_token_that_may_not_enroll_the_type_never_creates_nor_rebinds(
+    record: HeldRecord, presented: EnrollmentClaim, window: float
+) -> None:
+    assume(not token_may_enroll(presented.agent_type, cluster_bound=presented.cluster_bound_token))
+    decision = decide_enrollment(record, presented, quiet_window_seconds=window)
+    assert decision.action is EnrollmentAction.REFUSE
+    assert decision.refusal is ErrorReason.INSTALL_TOKEN_SCOPE

@@ -132,3 +132,81 @@ async def test_a_released_record_is_rebound_at_once(services: InProcessConsole):
     again, created = await services.enroll(AgentKey("web-1"), token)  # no evidence needed
     assert again.rebound and not created and again.agent_id == first.agent_id
     assert services.effects.effects == [], "the release already retired the key"
+
+
+async def test_a_rebind_cancels_what_was_in_flight_for_the_old_key_and_flags_the_record(
+    services: InProcessConsole,
+):
+    from datetime import timedelta
+
+    from console.models import CredentialRotation, Rollout, RolloutTarget
+    from console.services.rebinding import is_recently_rebound
+
+    token = await services.install_token()
+    old = AgentKey("web-1", machine_id="m" * 32, product_uuid="u" * 32)
+    first, _ = await services.enroll(old, token)
+    now = services.clock.now
+
+    def in_flight(uow) -> None:
+        held = uow.session.get(Agent, first.agent_id)
+        rollout = Rollout(
+            client_id=held.client_id,
+            environment_id=held.environment_id,
+            name="r",
+            target_version="0.9.0",
+            seed="s",
+            state="running",
+        )
+        uow.session.add(rollout)
+        uow.session.flush()
+        uow.session.add(
+            RolloutTarget(
+                rollout_id=rollout.id,
+                agent_id=held.id,
+                agent_name=held.name,
+                wave=0,
+                status="dispatched",
+                command_id="cmd-1",
+                dispatched_at=now,
+                deadline_at=now + timedelta(hours=1),
+            )
+        )
+        uow.session.add(
+            CredentialRotation(
+                agent_id=held.id, nonce="n" * 32, expires_at=now + timedelta(hours=1)
+            )
+        )
+
+    await services.run(in_flight, write=True)
+    services.clock.advance(services.settings.identity_quiet_seconds + 1)
+    machine_id_only = AgentKey("web-1", machine_id="m" * 32)
+    with pytest.raises(ConflictError) as refused:
+        await services.enroll(machine_id_only, token)
+    assert refused.value.reason == ErrorReason.IDENTITY_MISMATCH
+
+    again, _ = await services.enroll(old.new_key(), token)
+    assert again.rebound
+
+    def after(uow):
+        target = uow.session.exec(select(RolloutTarget)).one()
+        rotation = uow.session.exec(select(CredentialRotation)).one()
+        return target, rotation, uow.session.get(Agent, first.agent_id)
+
+    target, rotation, record = await services.run(after)
+    assert target.status == "timed_out" and "re-bound to another machine" in (target.error or "")
+    assert rotation.expires_at <= services.clock.now, "the old key's nonce is dead"
+    assert record.rebound_at == services.clock.now
+    assert is_recently_rebound(record, services.clock.now)
+    assert not is_recently_rebound(record, services.clock.now + timedelta(days=8))
+
+
+async def test_a_cluster_bound_token_enrolls_only_kubernetes_agents(services: InProcessConsole):
+    from console.errors import ForbiddenError
+    from contracts.vocabulary import AgentType
+
+    token = await services.install_token(cluster_slug="prod-eu")
+    with pytest.raises(ForbiddenError) as refused:
+        await services.enroll(AgentKey("web-1", machine_id="m" * 32), token)
+    assert refused.value.reason == ErrorReason.INSTALL_TOKEN_SCOPE
+    pod = AgentKey("node-1", agent_type=AgentType.K8S_NODE_MONITOR)
+    assert (await services.enroll(pod, token))[1]
