@@ -5,8 +5,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.bounds import text
 from contracts.inventory import InventoryProblem
 from contracts.views import OnboardingStatus, ReleaseDecision
 from contracts.vocabulary import AgentFlag, AgentStatus
@@ -25,7 +26,7 @@ class Scope(StrEnum):
 
 ALL_SCOPES = [s.value for s in Scope]
 
-ShortName = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+ShortName = Annotated[str, text(128, min_length=1)]
 
 
 T = TypeVar("T")
@@ -44,7 +45,7 @@ class InstallTokenCreate(BaseModel):
     name: ShortName = "install token"
     expires_in_seconds: Annotated[int, Field(gt=0, le=366 * 86400)] | None = None
     max_uses: Annotated[int, Field(gt=0, le=1_000_000)] | None = None
-    cluster_slug: Annotated[str, StringConstraints(max_length=63)] | None = None
+    cluster_slug: Annotated[str, text(63)] | None = None
 
 
 class InstallTokenPublic(BaseModel):
@@ -70,7 +71,7 @@ class ApiTokenCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: ShortName
-    scopes: list[Scope] = Field(min_length=1)
+    scopes: list[Scope] = Field(min_length=1, max_length=64)
     expires_in_seconds: Annotated[int, Field(gt=0, le=366 * 86400)] | None = None
 
 
@@ -176,12 +177,12 @@ class RolloutStart(BaseModel):
 
 
 class RolloutReason(BaseModel):
-    reason: str | None = None
+    reason: Annotated[str, text(1024)] | None = None
 
 
 class ClusterCreate(BaseModel):
-    name: str
-    slug: str | None = None
+    name: Annotated[str, text(253, min_length=1)]
+    slug: Annotated[str, text(63)] | None = None
 
 
 class ClusterWarning(BaseModel):
