@@ -13,8 +13,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from console.api.responses import errors
 from console.api.routes import (
     api_tokens,
     artifacts,
@@ -158,6 +160,17 @@ class StrictJson:
         await self.app(scope, replay, send)
 
 
+def _allowed(request: Request) -> list[str]:
+    """Every method some route serves on this path (Starlette names only the first route's,
+    and GET and POST of one path are two routes here)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _child = route.matches({**request.scope, "method": "GET"})
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
 _STATUS_REASONS = {
     404: ErrorReason.NOT_FOUND,
     405: ErrorReason.METHOD_NOT_ALLOWED,
@@ -216,11 +229,13 @@ def create_app(settings: ConsoleSettings, runtime: ConsoleRuntime | None = None)
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_request: Request, exc: StarletteHTTPException) -> Response:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         reason = _STATUS_REASONS.get(exc.status_code, ErrorReason.INVALID_REQUEST)
         response = _error(exc.status_code, reason, str(exc.detail))
         for name, value in (exc.headers or {}).items():
             response.headers[name] = value
+        if exc.status_code == 405:
+            response.headers["Allow"] = ", ".join(_allowed(request))
         return response
 
     @app.exception_handler(Exception)
@@ -236,7 +251,9 @@ def create_app(settings: ConsoleSettings, runtime: ConsoleRuntime | None = None)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     for module in (enroll, fleet, install_tokens, api_tokens, rollouts, artifacts, clusters, audit):
-        app.include_router(module.router)
+        # Any operation may answer these: strict JSON (400), no such id (404), size (413),
+        # shape (422); each route documents its own others.
+        app.include_router(module.router, responses=errors(400, 404, 413, 422))
     mount_web(app)
     app.add_middleware(StrictJson)
     app.add_middleware(

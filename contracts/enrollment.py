@@ -9,7 +9,7 @@ a timestamp window, so a captured request cannot be replayed later.
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
 from contracts.bounds import Labels, VersionText, text
 from contracts.vocabulary.agents import AgentType
@@ -49,7 +49,7 @@ class EnrollRequest(BaseModel):
     instance_id: Annotated[
         str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$")
     ]
-    can_self_update: bool = True
+    can_self_update: StrictBool = True
     labels: Labels = Field(default_factory=dict)
 
 

@@ -8,7 +8,14 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    model_validator,
+)
 
 from contracts.bounds import FINITE, Identifier, Labels, VersionRangeText, VersionText, text
 from contracts.vocabulary.agents import AgentType
@@ -73,7 +80,23 @@ class WaveSpec(BaseModel):
 
 
 class CriterionSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", **FINITE)
+    # The schema states the cross-field rule too, so clients (and schemathesis) can know it.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "anyOf": [
+                {
+                    "required": ["threshold_count"],
+                    "properties": {"threshold_count": {"type": "integer"}},
+                },
+                {
+                    "required": ["threshold_percent"],
+                    "properties": {"threshold_percent": {"type": "number"}},
+                },
+            ]
+        },
+        **FINITE,
+    )
 
     failure_type: FailureType = DEFAULT_FAILURE_TYPE
     threshold_count: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
@@ -101,7 +124,7 @@ class RolloutCreate(BaseModel):
     )
     wave_timeout_seconds: Annotated[float, Field(gt=0, le=86400)] = DEFAULT_WAVE_TIMEOUT_SECONDS
     seed: Annotated[str, text(64)] | None = None
-    start_flow: bool = Field(
+    start_flow: StrictBool = Field(
         default=True, description="start the fleet-rollout Prefect deployment for it"
     )
 
