@@ -54,7 +54,7 @@ def test_schemathesis_finds_no_server_error_and_no_failed_check(
             "--exclude-path-regex",
             "api-tokens/[^/]+/revoke",
             "--max-time",
-            "150",
+            "120",
             "--output-truncate",
             "false",
         ],
