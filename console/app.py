@@ -7,12 +7,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pydantic_core
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from console.api.responses import errors
 from console.api.routes import (
     api_tokens,
     artifacts,
@@ -73,13 +77,106 @@ class _BodyTooLarge(Exception):
 
 
 def _too_large(limit: int) -> JSONResponse:
-    return JSONResponse(
-        {
-            "reason": ErrorReason.REQUEST_TOO_LARGE,
-            "message": f"request body is larger than {limit} bytes",
-        },
-        status_code=413,
-    )
+    return _error(413, ErrorReason.REQUEST_TOO_LARGE, f"request body is larger than {limit} bytes")
+
+
+def _error(status: int, reason: ErrorReason, message: str) -> JSONResponse:
+    return JSONResponse({"reason": reason.value, "message": message}, status_code=status)
+
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _json_declared(scope: Scope) -> bool:
+    """A body FastAPI would parse as JSON: declared JSON, or no content type at all."""
+    for name, value in scope.get("headers", []):
+        if name == b"content-type":
+            kind = value.split(b";", 1)[0].strip().lower()
+            return bool(kind == b"application/json" or kind.endswith(b"+json"))
+    return True
+
+
+def json_problem(body: bytes) -> str | None:
+    """Why ``body`` is not strict JSON (RFC 8259's interoperable subset), or None.
+
+    Python's ``json`` reads ``NaN``, ``Infinity`` and lone surrogates (``"\\ud800"``), which
+    later fail where nothing expects them (the database, the response encoder); a NUL in a
+    string is refused by PostgreSQL. All four are a 400 here, before any route sees them."""
+    try:
+        value = pydantic_core.from_json(body, allow_inf_nan=False)
+    except ValueError as exc:
+        return f"malformed JSON: {exc}"
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "malformed JSON: a string holds a NUL character"
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+class StrictJson:
+    """Refuse JSON bodies that are not strict JSON with 400 ``malformed_json``; every route,
+    authenticated or not. Runs inside :class:`BodyLimit`, so the body it reads is bounded."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["method"] not in _BODY_METHODS
+            or not _json_declared(scope)
+        ):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        problem = json_problem(body) if body else None
+        if problem:
+            await _error(400, ErrorReason.MALFORMED_JSON, problem)(scope, receive, send)
+            return
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _allowed(request: Request) -> list[str]:
+    """Every method some route serves on this path (Starlette names only the first route's,
+    and GET and POST of one path are two routes here)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _child = route.matches({**request.scope, "method": "GET"})
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
+_STATUS_REASONS = {
+    404: ErrorReason.NOT_FOUND,
+    405: ErrorReason.METHOD_NOT_ALLOWED,
+    413: ErrorReason.REQUEST_TOO_LARGE,
+    415: ErrorReason.UNSUPPORTED_MEDIA_TYPE,
+}
 
 
 def _validation_message(errors: list[dict[str, Any]]) -> str:
@@ -120,14 +217,30 @@ def create_app(settings: ConsoleSettings, runtime: ConsoleRuntime | None = None)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = list(exc.errors())
         malformed = any(e.get("type") == "json_invalid" for e in errors)
+        # The offending input is not echoed back: it may be large (or not JSON-safe).
+        shown = [{k: v for k, v in e.items() if k not in ("input", "url")} for e in errors[:20]]
         return JSONResponse(
             {
                 "reason": ErrorReason.MALFORMED_JSON if malformed else ErrorReason.INVALID_REQUEST,
                 "message": _validation_message(errors),
-                "errors": json.loads(json.dumps(errors, default=str)),
+                "errors": json.loads(json.dumps(shown, default=str)),
             },
             status_code=400 if malformed else 422,
         )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        reason = _STATUS_REASONS.get(exc.status_code, ErrorReason.INVALID_REQUEST)
+        response = _error(exc.status_code, reason, str(exc.detail))
+        for name, value in (exc.headers or {}).items():
+            response.headers[name] = value
+        if exc.status_code == 405:
+            response.headers["Allow"] = ", ".join(_allowed(request))
+        return response
+
+    @app.exception_handler(Exception)
+    async def internal(_request: Request, _exc: Exception) -> JSONResponse:
+        return _error(500, ErrorReason.INTERNAL_ERROR, "internal error (logged by the Console)")
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:
@@ -138,8 +251,11 @@ def create_app(settings: ConsoleSettings, runtime: ConsoleRuntime | None = None)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     for module in (enroll, fleet, install_tokens, api_tokens, rollouts, artifacts, clusters, audit):
-        app.include_router(module.router)
+        # Any operation may answer these: strict JSON (400), no such id (404), size (413),
+        # shape (422); each route documents its own others.
+        app.include_router(module.router, responses=errors(400, 404, 413, 422))
     mount_web(app)
+    app.add_middleware(StrictJson)
     app.add_middleware(
         BodyLimit,
         limit=settings.max_request_bytes,

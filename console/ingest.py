@@ -6,6 +6,12 @@ Messages are queued as they arrive and written every ``heartbeat_flush_seconds``
 cost a handful of transactions. The subject names the agent (the server lets an agent publish
 only under its own prefix), so the payload's own ``agent_id`` is never trusted. What is written,
 and the shared-identity rule, live in ``console.services.heartbeats``.
+
+Inventory is the one heavy message. Chunks wait in :class:`PendingChunks` within per-agent and
+total limits (count, bytes, age: the ``inventory_*`` settings), only from agents the services
+call collectors (``console.services.clusters.inventory_refusal``), and a complete sync is
+inflated with an output cap in a worker thread, so neither a flood of chunks nor a gzip bomb
+holds memory or the event loop (``/healthz`` keeps answering).
 """
 
 from __future__ import annotations
@@ -15,14 +21,15 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 from pydantic import ValidationError
 
 from console.core.clock import utcnow
 from console.nats.jwt import decode_claims
-from console.services.clusters import record_inventories
+from console.services.clusters import inventory_refusal, record_inventories
 from console.services.heartbeats import (
     IdentityChange,
     InstanceTracker,
@@ -41,7 +48,14 @@ from contracts.inventory import (
 )
 from contracts.messages import CommandResult, Heartbeat, HostMetrics
 
-__all__ = ["IdentityChange", "Ingester", "InstanceTracker"]
+__all__ = [
+    "ChunkLimits",
+    "ChunkRefusedError",
+    "IdentityChange",
+    "Ingester",
+    "InstanceTracker",
+    "PendingChunks",
+]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +69,128 @@ INVENTORIES = Counter("proxima_inventories_recorded_total", "Cluster inventory s
 RESULTS = Counter("proxima_command_results_total", "Command results recorded")
 FLUSH_SECONDS = Histogram("proxima_heartbeat_flush_seconds", "Time to write one batch")
 REJECTED = Counter("proxima_messages_rejected_total", "Agent messages that did not parse", ["kind"])
+INVENTORY_REFUSED = Counter(
+    "proxima_inventory_refused_total", "Inventory chunks or syncs refused", ["reason"]
+)
+PENDING_BYTES = Gauge("proxima_inventory_pending_bytes", "Bytes of inventory chunks waiting")
+PENDING_CHUNKS = Gauge("proxima_inventory_pending_chunks", "Inventory chunks waiting")
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkLimits:
+    """The ``inventory_*`` settings: what one agent (and all) may have waiting."""
+
+    max_chunks: int = 1024
+    max_bytes: int = 64 * 1024 * 1024
+    max_bytes_total: int = 256 * 1024 * 1024
+    max_age_seconds: float = 120.0
+    max_inflated_bytes: int = 64 * 1024 * 1024
+
+
+class ChunkRefusedError(Exception):
+    """A chunk that would break a limit: its whole sync is dropped. ``reason`` is a metric label."""
+
+    def __init__(self, agent_id: str, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.agent_id = agent_id
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class _Sync:
+    header: ChunkHeader
+    started: float
+    parts: dict[int, bytes] = field(default_factory=dict)
+    size: int = 0
+
+
+class PendingChunks:
+    """The chunks of each agent's sync in flight (one per agent: a new ``sync_id`` replaces the
+    older one), held within :class:`ChunkLimits`."""
+
+    def __init__(self, limits: ChunkLimits, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits = limits
+        self._clock = clock
+        self._syncs: dict[str, _Sync] = {}
+        self.total_bytes = 0
+
+    def add(
+        self, agent_id: str, header: ChunkHeader, part: bytes
+    ) -> list[tuple[ChunkHeader, bytes]] | None:
+        """The sync's chunks once all have arrived, else None. Raises ChunkRefusedError."""
+        now = self._clock()
+        self.expire(now)
+        sync = self._syncs.get(agent_id)
+        if sync is None or sync.header.sync_id != header.sync_id:
+            self._drop(agent_id)
+            if header.total > self.limits.max_chunks:
+                raise ChunkRefusedError(
+                    agent_id,
+                    "too_many_chunks",
+                    f"a sync of {header.total} chunks (limit {self.limits.max_chunks})",
+                )
+            sync = self._syncs[agent_id] = _Sync(header=header, started=now)
+        elif (header.total, header.sha256) != (sync.header.total, sync.header.sha256):
+            self._drop(agent_id)
+            raise ChunkRefusedError(agent_id, "inconsistent", "chunks of one sync disagree")
+        old = sync.parts.pop(header.seq, b"")
+        sync.parts[header.seq] = part
+        sync.size += len(part) - len(old)
+        self.total_bytes += len(part) - len(old)
+        if sync.size > self.limits.max_bytes:
+            self._drop(agent_id)
+            raise ChunkRefusedError(
+                agent_id,
+                "too_many_bytes",
+                f"more than {self.limits.max_bytes} bytes of chunks waiting",
+            )
+        self._shed(keep=agent_id)
+        self._report()
+        if len(sync.parts) < sync.header.total:
+            return None
+        self._drop(agent_id)
+        return [(sync.header.model_copy(update={"seq": seq}), p) for seq, p in sync.parts.items()]
+
+    def expire(self, now: float | None = None) -> list[str]:
+        """Drop syncs older than the age limit; the agents whose sync was dropped."""
+        now = self._clock() if now is None else now
+        old = [a for a, s in self._syncs.items() if now - s.started > self.limits.max_age_seconds]
+        for agent_id in old:
+            self._drop(agent_id)
+        return old
+
+    def _shed(self, *, keep: str) -> None:
+        # Over the total: the oldest syncs of other agents go first, then this one.
+        for agent_id in sorted(self._syncs, key=lambda a: (a == keep, self._syncs[a].started)):
+            if self.total_bytes <= self.limits.max_bytes_total:
+                return
+            self._drop(agent_id)
+            INVENTORY_REFUSED.labels("total_bytes").inc()
+            log.warning(
+                "inventory sync of agent %s dropped: total pending bytes over %s",
+                agent_id,
+                self.limits.max_bytes_total,
+            )
+
+    def _drop(self, agent_id: str) -> None:
+        sync = self._syncs.pop(agent_id, None)
+        if sync is not None:
+            self.total_bytes -= sync.size
+        self._report()
+
+    def _report(self) -> None:
+        PENDING_BYTES.set(self.total_bytes)
+        PENDING_CHUNKS.set(self.pending_chunks())
+
+    def pending_chunks(self, agent_id: str | None = None) -> int:
+        if agent_id is not None:
+            sync = self._syncs.get(agent_id)
+            return len(sync.parts) if sync else 0
+        return sum(len(s.parts) for s in self._syncs.values())
+
+    def pending_bytes(self, agent_id: str) -> int:
+        sync = self._syncs.get(agent_id)
+        return sync.size if sync else 0
 
 
 class Ingester:
@@ -64,6 +200,7 @@ class Ingester:
         units: UnitsOfWork,
         flush_seconds: float,
         batch_max: int,
+        chunk_limits: ChunkLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._units = units
@@ -73,7 +210,8 @@ class Ingester:
         self._heartbeats: list[tuple[str, Heartbeat]] = []
         self._metrics: dict[str, HostMetrics] = {}
         self._results: list[tuple[str, CommandResult]] = []
-        self._chunks: dict[tuple[str, str], list[tuple[ChunkHeader, bytes]]] = {}
+        self.pending = PendingChunks(chunk_limits or ChunkLimits(), clock)
+        self._senders: dict[str, str | None] = {}  # agent id -> why its inventory is refused
         self._inventories: dict[str, InventorySnapshot] = {}
         self._refused: dict[str, int] = {}
         self._full = asyncio.Event()
@@ -103,31 +241,47 @@ class Ingester:
         self._full.set()  # results decide stalls: write them without waiting for the timer
 
     async def on_inventory(self, msg: Any) -> None:
-        """Collect chunks; a complete, verified snapshot is queued for the next flush."""
+        """Collect chunks; a complete sync is inflated off the event loop and queued."""
         try:
             agent_id = subjects.agent_id_of(msg.subject)
             header, part = split_chunk(msg.data)
-        except (ValueError, ValidationError):
+        except ValueError:
             REJECTED.labels("inventory").inc()
             return
-        key = (agent_id, header.sync_id)
-        parts = self._chunks.setdefault(key, [])
-        parts.append((header, part))
-        # An agent only ever has one sync in flight: drop its older, incomplete ones.
-        for stale in [k for k in self._chunks if k[0] == agent_id and k != key]:
-            del self._chunks[stale]
-        if len(parts) == header.total:
-            del self._chunks[key]
-            try:
-                snapshot = assemble(parts)
-            except (InventoryAssemblyError, ValueError, OSError):
-                REJECTED.labels("inventory").inc()
-                log.warning(
-                    "inventory from agent %s did not assemble; waiting for the next", agent_id
-                )
-                return
-            self._inventories[agent_id] = snapshot
-            self._full.set()
+        if not await self._may_send_inventory(agent_id):
+            return
+        try:
+            parts = self.pending.add(agent_id, header, part)
+        except ChunkRefusedError as exc:
+            INVENTORY_REFUSED.labels(exc.reason).inc()
+            log.warning("inventory sync of agent %s dropped: %s", agent_id, exc)
+            return
+        if parts is None:
+            return
+        try:
+            snapshot = await asyncio.to_thread(
+                assemble, parts, max_bytes=self.pending.limits.max_inflated_bytes
+            )
+        except InventoryAssemblyError as exc:
+            INVENTORY_REFUSED.labels("assembly").inc()
+            log.warning("inventory from agent %s refused: %s", agent_id, exc)
+            return
+        self._inventories[agent_id] = snapshot
+        self._full.set()
+
+    async def _may_send_inventory(self, agent_id: str) -> bool:
+        """Only collectors send inventory: asked once per agent (a type never changes)."""
+        if agent_id not in self._senders:
+            if len(self._senders) > 100_000:
+                self._senders.clear()
+            refusal = await self._units.run(lambda uow: inventory_refusal(uow.session, agent_id))
+            self._senders[agent_id] = refusal
+            if refusal:
+                log.warning("inventory from agent %s refused: %s", agent_id, refusal)
+        if self._senders[agent_id]:
+            INVENTORY_REFUSED.labels("not_a_collector").inc()
+            return False
+        return True
 
     async def on_auth_error(self, msg: Any) -> None:
         """The server refused a connection: note it when the key is one we took away."""
@@ -176,6 +330,13 @@ class Ingester:
                 log.exception("heartbeat flush failed; the batch is dropped, the next one retries")
 
     async def flush(self) -> None:
+        for agent_id in self.pending.expire():
+            INVENTORY_REFUSED.labels("too_old").inc()
+            log.warning(
+                "inventory sync of agent %s dropped: incomplete after %s s",
+                agent_id,
+                self.pending.limits.max_age_seconds,
+            )
         batch, self._heartbeats = self._heartbeats, []
         metrics, self._metrics = self._metrics, {}
         results, self._results = self._results, []

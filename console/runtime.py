@@ -21,11 +21,12 @@ from sqlmodel import select
 from console.core.clock import utcnow
 from console.core.db import make_engine, migrate
 from console.core.settings import ConsoleSettings
-from console.ingest import Ingester
+from console.ingest import ChunkLimits, Ingester
 from console.models import NatsRevocation
 from console.nats.authorization import NatsAuthorizer
 from console.nats.jwt import NatsAuthority
 from console.nats.server import EmbeddedNats, MonitoredReloader
+from console.services.repairs import clear_out_of_bounds
 from console.services.rollouts.results import expire_overdue
 from console.services.unit_of_work import UnitOfWork, UnitsOfWork
 from contracts import subjects
@@ -72,6 +73,13 @@ class ConsoleRuntime:
             units=self.units,
             flush_seconds=settings.heartbeat_flush_seconds,
             batch_max=settings.heartbeat_batch_max,
+            chunk_limits=ChunkLimits(
+                max_chunks=settings.inventory_max_pending_chunks,
+                max_bytes=settings.inventory_max_pending_bytes,
+                max_bytes_total=settings.inventory_max_pending_bytes_total,
+                max_age_seconds=settings.inventory_chunk_max_age_seconds,
+                max_inflated_bytes=settings.inventory_max_inflated_bytes,
+            ),
         )
         self.nats_url = ""
         self.rotation_waiters: dict[str, asyncio.Event] = {}
@@ -98,6 +106,7 @@ class ConsoleRuntime:
         s = self.settings
         s.data_dir.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(migrate, self.database_url)
+        await self.units.run(lambda uow: clear_out_of_bounds(uow.session), write=True)
         seed = load_or_create_seed(s.data_dir / "console.nk")
         console_pub = nkeys.from_seed(bytearray(seed)).public_key.decode()
         self.authority = NatsAuthority.load_or_create(s.data_dir / "nats-keys")

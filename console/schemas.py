@@ -8,8 +8,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.bounds import text
 from contracts.views import (
     AgentView,
     ClusterWarningView,
@@ -32,7 +33,7 @@ class Scope(StrEnum):
 
 ALL_SCOPES = [s.value for s in Scope]
 
-ShortName = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+ShortName = Annotated[str, text(128, min_length=1)]
 
 
 class InstallTokenCreate(BaseModel):
@@ -41,7 +42,7 @@ class InstallTokenCreate(BaseModel):
     name: ShortName = "install token"
     expires_in_seconds: Annotated[int, Field(gt=0, le=366 * 86400)] | None = None
     max_uses: Annotated[int, Field(gt=0, le=1_000_000)] | None = None
-    cluster_slug: Annotated[str, StringConstraints(max_length=63)] | None = None
+    cluster_slug: Annotated[str, text(63)] | None = None
 
 
 class InstallTokenPublic(BaseModel):
@@ -67,7 +68,7 @@ class ApiTokenCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: ShortName
-    scopes: list[Scope] = Field(min_length=1)
+    scopes: list[Scope] = Field(min_length=1, max_length=64)
     expires_in_seconds: Annotated[int, Field(gt=0, le=366 * 86400)] | None = None
 
 
@@ -123,12 +124,12 @@ class RolloutStart(BaseModel):
 
 
 class RolloutReason(BaseModel):
-    reason: str | None = None
+    reason: Annotated[str, text(1024)] | None = None
 
 
 class ClusterCreate(BaseModel):
-    name: str
-    slug: str | None = None
+    name: Annotated[str, text(253, min_length=1)]
+    slug: Annotated[str, text(63)] | None = None
 
 
 class OnboardingChecklist(OnboardingStatus):

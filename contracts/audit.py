@@ -2,9 +2,11 @@
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated
 
 from pydantic import BaseModel, Field
+
+from contracts.bounds import Detail, text
 
 
 class Severity(StrEnum):
@@ -15,18 +17,18 @@ class Severity(StrEnum):
 
 
 class Finding(BaseModel):
-    name: str = Field(max_length=64, description="stable machine name, e.g. shared_identity")
+    name: Annotated[str, text(64)] = Field(description="stable machine name, e.g. shared_identity")
     severity: Severity
-    subject_kind: str = Field(max_length=32, description="agent, cluster, daemonset, …")
-    subject_id: str | None = None
-    subject_name: str | None = None
-    message: str = Field(max_length=2048)
-    fix: str | None = Field(default=None, max_length=1024)
-    detail: dict[str, Any] = Field(default_factory=dict)
+    subject_kind: Annotated[str, text(32)] = Field(description="agent, cluster, daemonset, …")
+    subject_id: Annotated[str, text(253)] | None = None
+    subject_name: Annotated[str, text(253)] | None = None
+    message: Annotated[str, text(2048)]
+    fix: Annotated[str, text(1024)] | None = None
+    detail: Detail = Field(default_factory=dict)
 
 
 class AuditRunCreate(BaseModel):
-    flow_run_id: str | None = None
+    flow_run_id: Annotated[str, text(64)] | None = None
     findings: list[Finding] = Field(max_length=100_000)
 
 

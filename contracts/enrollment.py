@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
+from contracts.bounds import Labels, VersionText, text
 from contracts.vocabulary.agents import AgentType
 
 Name = Annotated[
@@ -23,8 +24,8 @@ Name = Annotated[
     StringConstraints(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$"),
 ]
 PublicKey = Annotated[str, StringConstraints(pattern=r"^U[A-Z2-7]{55}$")]
-Signal = Annotated[str, StringConstraints(min_length=1, max_length=128)]
-Version = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+Signal = Annotated[str, text(128, min_length=1)]
+Version = VersionText
 
 
 class IdentitySignals(BaseModel):
@@ -50,12 +51,11 @@ class EnrollRequest(BaseModel):
     signed_at: datetime
     signals: IdentitySignals = Field(default_factory=IdentitySignals)
     version: Version
-    instance_id: Annotated[str, StringConstraints(min_length=1, max_length=64)]
-    can_self_update: bool = True
-    labels: dict[
-        Annotated[str, StringConstraints(max_length=63)],
-        Annotated[str, StringConstraints(max_length=63)],
-    ] = Field(default_factory=dict, max_length=32)
+    instance_id: Annotated[
+        str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$")
+    ]
+    can_self_update: StrictBool = True
+    labels: Labels = Field(default_factory=dict)
 
 
 def install_token_digest(install_token: str) -> str:

@@ -1,10 +1,21 @@
 """Messages on NATS: heartbeats, metrics, commands and their results."""
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.bounds import (
+    FINITE,
+    ClusterSlugText,
+    Count,
+    Detail,
+    Identifier,
+    Labels,
+    Seconds,
+    VersionText,
+    text,
+)
 from contracts.lenient import unknown_as_none
 from contracts.vocabulary.agents import AgentType
 from contracts.vocabulary.commands import CommandFailureKind, CommandKind, CommandStatus
@@ -12,19 +23,27 @@ from contracts.vocabulary.commands import CommandFailureKind, CommandKind, Comma
 # A kind this build does not know (a newer agent's) reads None rather than failing the message.
 FailureKindField = Annotated[CommandFailureKind | None, unknown_as_none(CommandFailureKind)]
 
+Uptime = Annotated[float, Field(ge=0, le=1e11)]
+Percent = Annotated[float, Field(ge=0, le=1e6)]
+
 
 class Heartbeat(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    """Every field bounded (``contracts.bounds``): a heartbeat over a bound is dropped whole
+    and counted (``proxima_messages_rejected_total``), never stored."""
 
-    agent_id: str
-    instance_id: str = Field(description="Random per process: two at once means a shared identity")
+    model_config = ConfigDict(extra="ignore", **FINITE)
+
+    agent_id: Identifier
+    instance_id: Identifier = Field(
+        description="Random per process: two at once means a shared identity"
+    )
     agent_type: AgentType
-    version: str
+    version: VersionText
     sent_at: datetime
-    uptime_seconds: float
-    heartbeat_interval_seconds: float
-    metrics_interval_seconds: float | None = None
-    sync_interval_seconds: float | None = None
+    uptime_seconds: Uptime
+    heartbeat_interval_seconds: Seconds
+    metrics_interval_seconds: Seconds | None = None
+    sync_interval_seconds: Seconds | None = None
     can_self_update: bool = True
     self_update_blocker: FailureKindField = Field(
         default=None,
@@ -33,50 +52,50 @@ class Heartbeat(BaseModel):
         "and from agents that do not send it yet",
     )
     leader: bool | None = None
-    cluster_slug: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
+    cluster_slug: ClusterSlugText | None = None
+    labels: Labels = Field(default_factory=dict)
 
 
 class HostMetrics(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", **FINITE)
 
-    agent_id: str
+    agent_id: Identifier
     sent_at: datetime
-    cpu_percent: float
-    load1: float
-    memory_total_bytes: int
-    memory_used_bytes: int
-    disk_root_total_bytes: int | None = None
-    disk_root_used_bytes: int | None = None
-    extra: dict[str, Any] = Field(default_factory=dict)
+    cpu_percent: Percent
+    load1: Percent
+    memory_total_bytes: Count
+    memory_used_bytes: Count
+    disk_root_total_bytes: Count | None = None
+    disk_root_used_bytes: Count | None = None
+    extra: Detail = Field(default_factory=dict)
 
 
 class Command(BaseModel):
     """Sent on ``proxima.cmd.<agent_id>``. ``command_id`` makes redelivery harmless."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", **FINITE)
 
-    command_id: str
+    command_id: Identifier
     kind: CommandKind
     issued_at: datetime
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: Detail = Field(default_factory=dict)
 
 
 class CommandResult(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", **FINITE)
 
-    command_id: str
-    agent_id: str
+    command_id: Identifier
+    agent_id: Identifier
     kind: CommandKind
     status: CommandStatus
     finished_at: datetime
-    error: str | None = None
+    error: Annotated[str, text()] | None = None
     failure_kind: FailureKindField = Field(
         default=None,
         description="Why it was rejected or failed, as a fact (``error`` is the prose); None from "
         "agents that do not send it yet",
     )
-    detail: dict[str, Any] = Field(default_factory=dict)
+    detail: Detail = Field(default_factory=dict)
 
 
 __all__ = [

@@ -8,8 +8,16 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    model_validator,
+)
 
+from contracts.bounds import FINITE, Identifier, Labels, VersionRangeText, VersionText, text
 from contracts.vocabulary.agents import AgentType
 from contracts.vocabulary.commands import CommandFailureKind
 from contracts.vocabulary.rollouts import (
@@ -35,8 +43,8 @@ class ArtifactRef(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    version: Annotated[str, StringConstraints(min_length=1, max_length=64)]
-    url: Annotated[str, StringConstraints(min_length=1, max_length=2048)]
+    version: VersionText
+    url: Annotated[str, StringConstraints(min_length=1, max_length=2048, pattern=r"^[!-~]+$")]
     sha256: Sha256
     signature: Annotated[str, StringConstraints(min_length=16, max_length=256)]
 
@@ -44,22 +52,25 @@ class ArtifactRef(BaseModel):
 class SelectorSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    agent_types: list[AgentType] = Field(default_factory=list)
-    labels: dict[str, str] = Field(default_factory=dict)
-    version_range: str = Field(default="", description='e.g. ">=0.7.0,<0.9.0"; empty = any')
-    agent_ids: list[str] = Field(default_factory=list)
+    agent_types: list[AgentType] = Field(default_factory=list, max_length=16)
+    labels: Labels = Field(default_factory=dict)
+    version_range: VersionRangeText = Field(
+        default="", description='e.g. ">=0.7.0,<0.9.0"; empty = any'
+    )
+    agent_ids: list[Identifier] = Field(default_factory=list, max_length=100_000)
 
 
 class WaveSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", **FINITE)
 
     canary_size: Annotated[int, Field(ge=1, le=10_000)] = DEFAULT_CANARY_SIZE
     percentages: list[Annotated[float, Field(gt=0, le=100)]] | None = Field(
         default_factory=lambda: list(DEFAULT_WAVE_PERCENTAGES),
+        max_length=100,
         description="cumulative percent of the eligible set after each growth wave",
     )
     growth_factor: Annotated[float, Field(gt=1, le=100)] | None = None
-    max_wave_size: Annotated[int, Field(ge=1)] | None = None
+    max_wave_size: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
 
     @model_validator(mode="after")
     def _one_growth(self) -> "WaveSpec":
@@ -69,12 +80,28 @@ class WaveSpec(BaseModel):
 
 
 class CriterionSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # The schema states the cross-field rule too, so clients (and schemathesis) can know it.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "anyOf": [
+                {
+                    "required": ["threshold_count"],
+                    "properties": {"threshold_count": {"type": "integer"}},
+                },
+                {
+                    "required": ["threshold_percent"],
+                    "properties": {"threshold_percent": {"type": "number"}},
+                },
+            ]
+        },
+        **FINITE,
+    )
 
     failure_type: FailureType = DEFAULT_FAILURE_TYPE
-    threshold_count: Annotated[int, Field(ge=1)] | None = None
+    threshold_count: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
     threshold_percent: Annotated[float, Field(gt=0, le=100)] | None = None
-    min_executed: Annotated[int, Field(ge=0)] = DEFAULT_MIN_EXECUTED
+    min_executed: Annotated[int, Field(ge=0, le=10_000_000)] = DEFAULT_MIN_EXECUTED
     action: ThresholdAction = DEFAULT_THRESHOLD_ACTION
 
     @model_validator(mode="after")
@@ -85,18 +112,19 @@ class CriterionSpec(BaseModel):
 
 
 class RolloutCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", **FINITE)
 
-    name: Annotated[str, StringConstraints(min_length=1, max_length=128)] = "rollout"
+    name: Annotated[str, text(128, min_length=1)] = "rollout"
     artifact: ArtifactRef
     selector: SelectorSpec = Field(default_factory=SelectorSpec)
     waves: WaveSpec = Field(default_factory=WaveSpec)
     criteria: list[CriterionSpec] = Field(
-        default_factory=lambda: [CriterionSpec(threshold_percent=DEFAULT_THRESHOLD_PERCENT)]
+        default_factory=lambda: [CriterionSpec(threshold_percent=DEFAULT_THRESHOLD_PERCENT)],
+        max_length=16,
     )
     wave_timeout_seconds: Annotated[float, Field(gt=0, le=86400)] = DEFAULT_WAVE_TIMEOUT_SECONDS
-    seed: Annotated[str, StringConstraints(max_length=64)] | None = None
-    start_flow: bool = Field(
+    seed: Annotated[str, text(64)] | None = None
+    start_flow: StrictBool = Field(
         default=True, description="start the fleet-rollout Prefect deployment for it"
     )
 

@@ -13,18 +13,10 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from contracts.vocabulary.versions import MAX_VERSION_LENGTH, VERSION_PATTERN
 from fleet_policy.errors import VersionError, VersionRangeError
 
-_VERSION = re.compile(
-    r"""
-    ^v?
-    (?P<major>\d+)(?:\.(?P<minor>\d+))?(?:\.(?P<patch>\d+))?
-    (?:-(?P<pre>[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?
-    (?:\+(?P<build>[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?
-    $
-    """,
-    re.VERBOSE,
-)
+_VERSION = re.compile(VERSION_PATTERN)
 
 # A pre-release identifier as a sortable key: numeric identifiers sort before alphanumeric ones.
 _PreKey = tuple[int, int, str]
@@ -79,8 +71,18 @@ class Version:
 
 
 def parse_version(text: str) -> Version:
-    """``text`` as a :class:`Version`; raises :class:`VersionError` if it is not one."""
-    match = _VERSION.match(text.strip())
+    """``text`` as a :class:`Version`; raises :class:`VersionError` if it is not one.
+
+    Longer than ``MAX_VERSION_LENGTH`` is not a version: the bound comes before ``int()``,
+    which raises a bare ``ValueError`` past 4,300 digits (an agent's heartbeat once made every
+    rollout of its environment answer 500 that way)."""
+    stripped = text.strip()
+    if len(stripped) > MAX_VERSION_LENGTH:
+        raise VersionError(
+            text[:MAX_VERSION_LENGTH] + "…",
+            f"invalid version: longer than {MAX_VERSION_LENGTH} characters ({len(stripped)})",
+        )
+    match = _VERSION.match(stripped)
     if match is None:
         raise VersionError(text)
     pre = match.group("pre")

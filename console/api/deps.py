@@ -2,7 +2,8 @@
 
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Request
+from fastapi.security import HTTPBearer
 
 from console.auth import Principal
 from console.runtime import ConsoleRuntime
@@ -17,9 +18,20 @@ def get_runtime(request: Request) -> ConsoleRuntime:
 RuntimeDep = Annotated[ConsoleRuntime, Depends(get_runtime)]
 
 
+class _BearerHeader(HTTPBearer):
+    """Declares the bearer scheme in the OpenAPI document (so clients and schemathesis know
+    which operations need a token) and hands over the raw header: ``access.principal_for``
+    decides every refusal (missing, malformed, unknown, revoked, expired)."""
+
+    async def __call__(self, request: Request) -> str | None:  # type: ignore[override]
+        return request.headers.get("authorization")
+
+
+_bearer = _BearerHeader(auto_error=False, description="An API token: `Bearer pxa_…`")
+
+
 async def get_principal(
-    runtime: RuntimeDep,
-    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+    runtime: RuntimeDep, authorization: Annotated[str | None, Depends(_bearer)]
 ) -> Principal:
     return await access.principal_for(runtime, authorization)
 

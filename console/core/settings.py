@@ -84,6 +84,35 @@ class ConsoleSettings(BaseSettings):
         "PROXIMA_K8S_SYNC_INTERVAL).",
     )
     max_request_bytes: int = Field(default=64 * 1024, description="Largest accepted JSON body.")
+    inventory_max_pending_chunks: int = Field(
+        default=1024,
+        ge=1,
+        description="Most inventory chunks one agent may have waiting for the rest of its sync; "
+        "past it the sync is dropped (and logged).",
+    )
+    inventory_max_pending_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description="Most bytes of inventory chunks one agent may have waiting; past it the "
+        "sync is dropped (and logged).",
+    )
+    inventory_max_pending_bytes_total: int = Field(
+        default=256 * 1024 * 1024,
+        ge=1024,
+        description="Most bytes of waiting inventory chunks over all agents; past it the oldest "
+        "syncs are dropped first.",
+    )
+    inventory_chunk_max_age_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="A sync whose chunks do not all arrive within this many seconds is dropped.",
+    )
+    inventory_max_inflated_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description="Most bytes of JSON one inventory snapshot may inflate to; decompression "
+        "stops there (off the event loop) and the snapshot is refused.",
+    )
     prefect_api_url: str | None = Field(
         default=None,
         description="Prefect API (e.g. http://127.0.0.1:4200/api). Set, the Console starts the "

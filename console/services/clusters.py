@@ -8,10 +8,16 @@ Warnings are computed when read, from what the agents report and what the Consol
   (the seed: "a long name can enroll under a slug Console did not record");
 - ``unregistered``: inventory arrived for a slug onboarding never recorded;
 - ``inventory_truncated`` / ``inventory_errors``: pods over ``podLimit``, kinds it could not read.
+
+Who may feed a cluster (:func:`inventory_refusal`, :func:`slug_refusal`): only a live
+``k8s-cluster-collector``; one enrolled with a cluster-bound install token only for that
+token's slug; one enrolled with an environment-wide token only for a slug no cluster-bound
+token was minted for. Anything else is refused and logged, never stored.
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +36,44 @@ from contracts.slugs import is_dns_label, slugify
 from contracts.views import ClusterAgentView, ClusterView, ClusterWarningView
 from contracts.vocabulary import ErrorReason
 from fleet_policy.identities import is_online
+
+log = logging.getLogger(__name__)
+
+
+def inventory_refusal(session: Session, agent_id: str) -> str | None:
+    """Why ``agent_id`` may not send inventory at all, or None: only live collectors may."""
+    agent = session.get(Agent, agent_id)
+    if agent is None:
+        return "no such agent"
+    if agent.revoked_at is not None:
+        return "the agent is revoked"
+    if agent.agent_type != AgentType.K8S_CLUSTER_COLLECTOR.value:
+        return (
+            f"a {agent.agent_type} agent does not send inventory "
+            f"(only {AgentType.K8S_CLUSTER_COLLECTOR.value} agents do)"
+        )
+    return None
+
+
+def slug_refusal(session: Session, agent: Agent, slug: str) -> str | None:
+    """Why this collector may not feed cluster ``slug``, or None (see the module docstring)."""
+    token = session.get(InstallToken, agent.install_token_id) if agent.install_token_id else None
+    bound = token.cluster_slug if token is not None else None
+    if bound:
+        if slug != bound:
+            return f"enrolled with an install token of cluster {bound!r}, it sent {slug!r}"
+        return None
+    claimed = session.exec(
+        select(InstallToken.id).where(
+            InstallToken.environment_id == agent.environment_id, InstallToken.cluster_slug == slug
+        )
+    ).first()
+    if claimed is not None:
+        return (
+            f"cluster {slug!r} takes inventory only from collectors enrolled with its own "
+            "install tokens"
+        )
+    return None
 
 
 def register(
@@ -66,8 +110,12 @@ def record_inventory(
     session: Session, *, agent_id: str, snapshot: InventorySnapshot, now: datetime | None = None
 ) -> Cluster | None:
     now = now or utcnow()
+    refusal = inventory_refusal(session, agent_id)
     agent = session.get(Agent, agent_id)
-    if agent is None or agent.revoked_at is not None:
+    if refusal is None and agent is not None:
+        refusal = slug_refusal(session, agent, snapshot.cluster_slug)
+    if refusal is not None or agent is None:
+        log.warning("inventory from agent %s refused: %s", agent_id, refusal)
         return None
     cluster = session.exec(
         select(Cluster).where(

@@ -28,6 +28,7 @@ from contracts.views import (
     EvidenceView,
 )
 from contracts.vocabulary import AgentFlag, AgentType
+from fleet_policy.versions import try_parse_version
 
 
 def agent_flags(
@@ -97,7 +98,9 @@ def agent_public(
         environment_id=agent.environment_id,
         agent_type=AgentType(agent.agent_type),
         name=agent.name,
-        version=agent.version,
+        # A stored version outside the one rule (written before heartbeats were bounded) is
+        # unknown: never served, never compared.
+        version=agent.version if try_parse_version(agent.version) else None,
         instance_id=agent.instance_id,
         cluster_slug=agent.cluster_slug,
         status=status(agent, stale_seconds=stale_seconds, now=now),

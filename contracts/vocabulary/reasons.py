@@ -9,7 +9,15 @@ class ErrorReason(StrEnum):
     # --- requests ------------------------------------------------------------------ 400/413/422
     INVALID_REQUEST = "invalid_request"
     MALFORMED_JSON = "malformed_json"
+    """Not JSON, or JSON outside RFC 8259's interoperable subset: NaN, ±Infinity, a lone UTF-16
+    surrogate, a NUL character in a string."""
     REQUEST_TOO_LARGE = "request_too_large"
+    NOT_FOUND = "not_found"
+    """No such route (a missing resource has its own reason, e.g. ``agent_not_found``)."""
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    INTERNAL_ERROR = "internal_error"
+    """A 500: a bug in the Console, logged with its traceback; never expected."""
     # --- API tokens and scopes --------------------------------------------------------- 401/403
     MISSING_TOKEN = "missing_token"
     MALFORMED_AUTHORIZATION = "malformed_authorization"

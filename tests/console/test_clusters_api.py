@@ -140,6 +140,28 @@ async def test_a_collector_reporting_another_slug_is_flagged_on_the_recorded_clu
         )
         assert [w["kind"] for w in recorded["warnings"]] == ["slug_mismatch"]
         assert "set clusterAgent.clusterSlug=eu-west-1" in recorded["warnings"][0]["message"]
-        stray = c.get(f"/api/v1/clusters/{long_slug}").json()
+        # Its token ties it to eu-west-1: the snapshot for another slug is refused, not stored
+        # as a stray cluster (step 8: a collector feeds only the cluster it is tied to).
+        assert recorded["last_inventory_at"] is None
+        stray = c.get(f"/api/v1/clusters/{long_slug}")
+        assert (stray.status_code, stray.json()["reason"]) == (404, "cluster_not_found")
+
+
+async def test_a_collector_of_an_environment_wide_token_feeds_only_unclaimed_slugs(console):
+    """An environment-wide token's collector may report a slug onboarding never recorded (the
+    cluster shows as unregistered), but never one a cluster-bound token was minted for."""
+    with console.client() as c:
+        c.post("/api/v1/clusters", json={"name": "eu", "slug": "eu-west-1"}).raise_for_status()
+    console.install_token(cluster_slug="eu-west-1")
+    ident = Identity(name="collector-0", agent_type="k8s-cluster-collector")
+    agent_id = ident.enroll(console, console.install_token()).json()["agent_id"]
+    await _publish(console, ident, agent_id, _snapshot("eu-west-1", pods=3), sync=300.0)
+    await _publish(console, ident, agent_id, _snapshot("stray-one", pods=3), sync=300.0)
+    with console.client() as c:
+        stray = wait_for(
+            lambda: (r := c.get("/api/v1/clusters/stray-one")).status_code == 200 and r.json(),
+            what="the unregistered cluster",
+        )
         assert stray["registered"] is False
         assert "unregistered" in {w["kind"] for w in stray["warnings"]}
+        assert c.get("/api/v1/clusters/eu-west-1").json()["last_inventory_at"] is None
