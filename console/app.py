@@ -24,7 +24,7 @@ from console.api.routes import (
     rollouts,
 )
 from console.core.settings import ConsoleSettings
-from console.errors import ConsoleError
+from console.errors import ConsoleError, TooManyRequestsError
 from console.runtime import ConsoleRuntime
 from console.web import mount as mount_web
 from contracts import VERSION
@@ -110,7 +110,10 @@ def create_app(settings: ConsoleSettings, runtime: ConsoleRuntime | None = None)
         body: dict[str, Any] = {"reason": exc.reason, "message": exc.message}
         if exc.agent_id:
             body["agent_id"] = exc.agent_id
-        return JSONResponse(body, status_code=exc.status)
+        headers = (
+            {"Retry-After": str(exc.retry_after)} if isinstance(exc, TooManyRequestsError) else None
+        )
+        return JSONResponse(body, status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -135,7 +138,7 @@ def create_app(settings: ConsoleSettings, runtime: ConsoleRuntime | None = None)
 
     for module in (enroll, fleet, install_tokens, api_tokens, rollouts, artifacts, clusters, audit):
         app.include_router(module.router)
-    mount_web(app)
+    mount_web(app, runtime)
     app.add_middleware(
         BodyLimit,
         limit=settings.max_request_bytes,

@@ -20,6 +20,7 @@ from sqlmodel import select
 
 from console.core.clock import utcnow
 from console.core.db import make_engine, migrate
+from console.core.rate_limits import RateLimits
 from console.core.settings import ConsoleSettings
 from console.ingest import Ingester
 from console.models import NatsRevocation
@@ -73,6 +74,7 @@ class ConsoleRuntime:
             flush_seconds=settings.heartbeat_flush_seconds,
             batch_max=settings.heartbeat_batch_max,
         )
+        self.rate_limits = RateLimits(settings)
         self.nats_url = ""
         self.rotation_waiters: dict[str, asyncio.Event] = {}
         self._sweeper: asyncio.Task[None] | None = None
