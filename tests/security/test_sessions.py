@@ -24,9 +24,10 @@ NO_RATE_LIMIT = {
 
 
 def database_url(console: ConsoleProcess) -> str:
-    return console.env.get("PROXIMA_DATABASE_URL") or ConsoleSettings(
-        data_dir=console.data_dir
-    ).resolved_database_url()
+    return (
+        console.env.get("PROXIMA_DATABASE_URL")
+        or ConsoleSettings(data_dir=console.data_dir).resolved_database_url()
+    )
 
 
 def session_rows(console: ConsoleProcess) -> list[WebSession]:
