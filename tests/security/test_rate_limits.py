@@ -11,7 +11,7 @@ import httpx
 
 from testkit.console import ConsoleProcess, Identity
 from testkit.fixtures import ConsoleFactory
-from tests.security.signing_in import browser, sign_in
+from testkit.signing_in import browser, sign_in
 
 
 def audit_lines(console: ConsoleProcess) -> list[str]:

@@ -13,7 +13,7 @@ from console.core.settings import ConsoleSettings
 from console.models import WebSession
 from testkit.console import ConsoleProcess
 from testkit.fixtures import ConsoleFactory
-from tests.security.signing_in import browser, page_status, signed_in
+from testkit.signing_in import browser, page_status, signed_in
 
 PER_TOKEN = 10
 FLOOD = 400

@@ -161,3 +161,21 @@ async def test_the_database_holds_neither_the_cookie_nor_the_secrets_shown(
     assert again.reveal == {"new-api-token": "pxa_" + "s" * 40}
     assert [f.message for f in again.flashes] == ["API token created."]
     assert again.csrf == session.csrf and again.csrf not in repr(row)
+
+
+# -- the audit log ---------------------------------------------------------------------------------
+
+
+def test_audit_lines_are_json_objects_with_their_fields(caplog: pytest.LogCaptureFixture):
+    import json
+    import logging
+
+    from console.core.audit_log import AUDIT_LOGGER, audit_refusal
+    from console.core.logs import JsonFormatter
+
+    with caplog.at_level(logging.INFO, logger=AUDIT_LOGGER):
+        audit_refusal("auth_failed", surface="api", reason="invalid_token", token_prefix=None)
+    entry = json.loads(JsonFormatter().format(caplog.records[-1]))
+    assert entry["logger"] == AUDIT_LOGGER and entry["level"] == "warning"
+    assert entry["event"] == "auth_failed" and entry["surface"] == "api"
+    assert entry["token_prefix"] is None
