@@ -20,13 +20,13 @@ from sqlmodel import select
 
 from console.core.clock import utcnow
 from console.core.db import make_engine, migrate
-from console.core.rate_limits import RateLimits
 from console.core.settings import ConsoleSettings
 from console.ingest import Ingester
 from console.models import NatsRevocation
 from console.nats.authorization import NatsAuthorizer
 from console.nats.jwt import NatsAuthority
 from console.nats.server import EmbeddedNats, MonitoredReloader
+from console.services.rate_limits import RateLimits
 from console.services.rollouts.results import expire_overdue
 from console.services.unit_of_work import UnitOfWork, UnitsOfWork
 from contracts import subjects

@@ -5,8 +5,7 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 
 from console.auth import Principal
-from console.core.audit_log import audit_refusal
-from console.core.rate_limits import client_address
+from console.core.audit_log import audit_refusal, client_address
 from console.core.secrets import loggable_prefix
 from console.errors import UnauthorizedError
 from console.runtime import ConsoleRuntime

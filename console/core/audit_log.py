@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["AUDIT_LOGGER", "Field", "audit", "audit_refusal"]
+from starlette.requests import Request
+
+__all__ = ["AUDIT_LOGGER", "Field", "audit", "audit_refusal", "client_address"]
 
 AUDIT_LOGGER = "proxima.audit"
 _log = logging.getLogger(AUDIT_LOGGER)
@@ -38,3 +40,9 @@ def audit_refusal(event: str, /, **fields: Field) -> None:
 def _emit(level: int, event: str, fields: dict[str, Field]) -> None:
     message = " ".join([event, *(f"{k}={_plain(v)}" for k, v in fields.items())])
     _log.log(level, message, extra={"audit": {"event": event, **fields}})
+
+
+def client_address(request: Request) -> str:
+    """The caller's address as uvicorn reports it: behind a proxy, the proxy's, unless uvicorn
+    trusts it (``--forwarded-allow-ips``) and takes the client's from X-Forwarded-For."""
+    return request.client.host if request.client else "unknown"

@@ -3,8 +3,7 @@
 from fastapi import APIRouter, Request, Response, status
 
 from console.api.deps import RuntimeDep
-from console.core.audit_log import Field, audit, audit_refusal
-from console.core.rate_limits import client_address
+from console.core.audit_log import Field, audit, audit_refusal, client_address
 from console.core.secrets import loggable_prefix
 from console.errors import ConsoleError
 from console.services import enrollment, identities

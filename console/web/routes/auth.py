@@ -8,8 +8,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 
 from console.auth import Principal
-from console.core.audit_log import audit, audit_refusal
-from console.core.rate_limits import client_address
+from console.core.audit_log import audit, audit_refusal, client_address
 from console.core.secrets import loggable_prefix
 from console.errors import TooManyRequestsError, UnauthorizedError
 from console.schemas import Scope

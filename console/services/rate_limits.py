@@ -16,18 +16,12 @@ from dataclasses import dataclass
 from limits import RateLimitItem, parse_many
 from limits.storage import MemoryStorage
 from limits.strategies import SlidingWindowCounterRateLimiter
-from starlette.requests import Request
 
 from console.core.settings import ConsoleSettings
 from console.errors import TooManyRequestsError
 from contracts.vocabulary import ErrorReason
 
-__all__ = ["RateLimits", "Rule", "client_address"]
-
-
-def client_address(request: Request) -> str:
-    """The caller's address as uvicorn reports it (the proxy's, unless it is trusted)."""
-    return request.client.host if request.client else "unknown"
+__all__ = ["RateLimits", "Rule"]
 
 
 @dataclass(frozen=True, slots=True)
