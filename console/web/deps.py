@@ -90,18 +90,19 @@ async def get_viewer(request: Request, runtime: RuntimeDep) -> Viewer:
     web = get_web(request)
     cookie = request.cookies.get(SESSION_COOKIE)
 
-    def work(uow: UnitOfWork) -> tuple[WebSession | None, access.Identity | UnauthorizedError]:
+    def work(uow: UnitOfWork) -> tuple[WebSession, access.Identity | UnauthorizedError] | None:
         session = web.store.load(uow, cookie)
         if session is None:
-            return None, UnauthorizedError("signed_out", "sign in")
+            return None
         try:
             return session, access.identity_for_token_id(uow, session.token_id)
         except UnauthorizedError as exc:
             return session, exc
 
-    session, identity = await runtime.units.run(work)
-    if session is None:
+    found = await runtime.units.run(work)
+    if found is None:
         raise SignInRequired(next_path(request))
+    session, identity = found
     if isinstance(identity, UnauthorizedError):
         await web.store.drop(session)
         raise SignInRequired(next_path(request), identity.reason)
