@@ -28,7 +28,7 @@ from console.api.routes import (
     rollouts,
 )
 from console.core.settings import ConsoleSettings
-from console.errors import ConsoleError
+from console.errors import ConsoleError, TooManyRequestsError
 from console.runtime import ConsoleRuntime
 from console.web import mount as mount_web
 from contracts import VERSION
@@ -211,7 +211,10 @@ def create_app(settings: ConsoleSettings, runtime: ConsoleRuntime | None = None)
         body: dict[str, Any] = {"reason": exc.reason, "message": exc.message}
         if exc.agent_id:
             body["agent_id"] = exc.agent_id
-        return JSONResponse(body, status_code=exc.status)
+        headers = (
+            {"Retry-After": str(exc.retry_after)} if isinstance(exc, TooManyRequestsError) else None
+        )
+        return JSONResponse(body, status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -254,7 +257,7 @@ def create_app(settings: ConsoleSettings, runtime: ConsoleRuntime | None = None)
         # Any operation may answer these: strict JSON (400), no such id (404), size (413),
         # shape (422); each route documents its own others.
         app.include_router(module.router, responses=errors(400, 404, 413, 422))
-    mount_web(app)
+    mount_web(app, runtime)
     app.add_middleware(StrictJson)
     app.add_middleware(
         BodyLimit,

@@ -56,6 +56,11 @@ def authenticate(
     token = session.exec(
         select(ApiToken).where(ApiToken.token_hash == token_hash(raw.strip()))
     ).first()
+    return principal_of(token, now)
+
+
+def principal_of(token: ApiToken | None, now: datetime | None = None) -> Principal:
+    """The principal of a stored token, or 401 when it is unknown, revoked or expired."""
     now = now or utcnow()
     if token is None:
         raise UnauthorizedError(ErrorReason.INVALID_TOKEN, "API token is not valid")

@@ -9,6 +9,7 @@ for people; the app renders them as ``contracts.enrollment.ErrorBody``.
     ├── NotFoundError              404
     ├── ConflictError              409  enrollment clash, refused release, …
     ├── PayloadTooLargeError       413
+    ├── TooManyRequestsError       429  rate limited (carries ``retry_after`` seconds)
     └── GatewayTimeoutError        504  an agent did not answer in time
 """
 
@@ -49,6 +50,14 @@ class ConflictError(ConsoleError):
 
 class PayloadTooLargeError(ConsoleError):
     status = 413
+
+
+class TooManyRequestsError(ConsoleError):
+    status = 429
+
+    def __init__(self, reason: ErrorReason, message: str, *, retry_after: int) -> None:
+        super().__init__(reason, message)
+        self.retry_after = retry_after
 
 
 class GatewayTimeoutError(ConsoleError):

@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
-from sqlalchemy import JSON, Column, Index, UniqueConstraint
+from sqlalchemy import JSON, Column, Index, LargeBinary, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from console.core.clock import utcnow
@@ -63,6 +63,28 @@ class ApiToken(SQLModel, table=True):
     expires_at: datetime | None = None
     revoked_at: datetime | None = None
     last_used_at: datetime | None = None
+    # The token that minted this one (None: made by ``console bootstrap``). Revoking a token
+    # revokes the tokens it minted, and theirs; a child's expiry is never later than its parent's.
+    parent_id: str | None = Field(default=None, index=True, max_length=32)
+
+
+class WebSession(SQLModel, table=True):
+    """A signed-in browser (``console.web.sessions``). The cookie holds a random secret; the row
+    is named by its SHA-256, so a reader of the database cannot use it."""
+
+    __tablename__ = "web_session"
+
+    id: str = Field(primary_key=True, max_length=64)
+    token_id: str = Field(foreign_key="api_token.id", index=True, max_length=32)
+    created_at: datetime = Field(index=True)
+    seen_at: datetime
+    expires_at: datetime = Field(index=True)
+    flashes: list[dict[str, Any]] = Field(
+        default_factory=list, sa_column=Column(JSON, nullable=False)
+    )
+    # Secrets shown once to this session (tokens minted here), sealed with a key derived from
+    # the cookie's secret: the database alone cannot open them.
+    sealed: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
 
 
 class InstallToken(SQLModel, table=True):

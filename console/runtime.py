@@ -26,6 +26,7 @@ from console.models import NatsRevocation
 from console.nats.authorization import NatsAuthorizer
 from console.nats.jwt import NatsAuthority
 from console.nats.server import EmbeddedNats, MonitoredReloader
+from console.services.rate_limits import RateLimits
 from console.services.repairs import clear_out_of_bounds
 from console.services.rollouts.results import expire_overdue
 from console.services.unit_of_work import UnitOfWork, UnitsOfWork
@@ -81,6 +82,7 @@ class ConsoleRuntime:
                 max_inflated_bytes=settings.inventory_max_inflated_bytes,
             ),
         )
+        self.rate_limits = RateLimits(settings)
         self.nats_url = ""
         self.rotation_waiters: dict[str, asyncio.Event] = {}
         self._sweeper: asyncio.Task[None] | None = None

@@ -83,6 +83,11 @@ class ApiTokenPublic(BaseModel):
     expires_at: datetime | None
     revoked_at: datetime | None
     last_used_at: datetime | None
+    parent_id: str | None = Field(
+        default=None,
+        description="The token that minted this one; revoking it revoked this one too. None: "
+        "made by `console bootstrap`.",
+    )
 
 
 class ApiTokenCreated(ApiTokenPublic):

@@ -6,6 +6,9 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 
 from console.auth import Principal
+from console.core.audit_log import audit_refusal, client_address
+from console.core.secrets import loggable_prefix
+from console.errors import UnauthorizedError
 from console.runtime import ConsoleRuntime
 from console.services import access
 
@@ -31,9 +34,22 @@ _bearer = _BearerHeader(auto_error=False, description="An API token: `Bearer pxa
 
 
 async def get_principal(
-    runtime: RuntimeDep, authorization: Annotated[str | None, Depends(_bearer)]
+    runtime: RuntimeDep,
+    request: Request,
+    authorization: Annotated[str | None, Depends(_bearer)],
 ) -> Principal:
-    return await access.principal_for(runtime, authorization)
+    try:
+        return await access.principal_for(runtime, authorization)
+    except UnauthorizedError as exc:
+        audit_refusal(
+            "auth_failed",
+            surface="api",
+            reason=exc.reason,
+            source=client_address(request),
+            path=request.url.path,
+            token_prefix=loggable_prefix((authorization or "").partition(" ")[2].strip()),
+        )
+        raise
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]

@@ -26,3 +26,11 @@ def display_prefix(token: str) -> str:
 
 def evidence_hash(kind: str, value: str) -> str:
     return hashlib.sha256(f"{kind}:{value.strip().lower()}".encode()).hexdigest()
+
+
+def loggable_prefix(token: str | None) -> str | None:
+    """The display prefix of something shaped like one of our tokens, for logs and rate-limit
+    keys; None for anything else (a password pasted into the wrong field is never logged)."""
+    if token and token.startswith((API_TOKEN_PREFIX, INSTALL_TOKEN_PREFIX)) and len(token) > 20:
+        return display_prefix(token)
+    return None

@@ -5,7 +5,8 @@ Built once in ``main`` (or by the test that starts the app), never at import tim
 
 from pathlib import Path
 
-from pydantic import Field
+from limits import parse_many
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fleet_policy.identities import DEFAULT_QUIET_WINDOW_SECONDS, DEFAULT_STALE_AFTER_SECONDS
@@ -129,8 +130,49 @@ class ConsoleSettings(BaseSettings):
     rollout_sweep_seconds: float = Field(
         default=0.5, description="How often dispatched targets past the wave timeout are expired."
     )
+    web_sessions_per_token: int = Field(
+        default=50,
+        ge=1,
+        description="Most web sessions one API token holds; a sign-in past it ends that token's "
+        "oldest session (never another token's).",
+    )
+    web_session_idle_seconds: float = Field(
+        default=2 * 3600.0, description="A web session unused this long is signed out."
+    )
+    web_session_absolute_seconds: float = Field(
+        default=12 * 3600.0, description="A web session is signed out this long after sign-in."
+    )
+    sign_in_rate_per_source: str = Field(
+        default="60/minute",
+        description="Web sign-in attempts accepted from one source address (limits notation: "
+        "'60/minute', '10/second;600/hour'); more answer 429 with Retry-After.",
+    )
+    sign_in_rate_per_token: str = Field(
+        default="30/minute",
+        description="Web sign-in attempts accepted with one API token (by its display prefix).",
+    )
+    enroll_rate_per_source: str = Field(
+        default="3000/minute",
+        description="Enrollment requests accepted from one source address: a NAT or proxy in "
+        "front of a whole fleet is one source.",
+    )
+    enroll_rate_per_token: str = Field(
+        default="2000/minute",
+        description="Enrollment requests accepted with one install token (by its display prefix).",
+    )
     log_level: str = Field(default="info")
     log_format: str = Field(default="plain", description="plain or json")
+
+    @field_validator(
+        "sign_in_rate_per_source",
+        "sign_in_rate_per_token",
+        "enroll_rate_per_source",
+        "enroll_rate_per_token",
+    )
+    @classmethod
+    def _rate(cls, value: str) -> str:
+        parse_many(value)  # ValueError on a malformed rate: the Console refuses to start
+        return value
 
     def resolved_database_url(self) -> str:
         if self.database_url:

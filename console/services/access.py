@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from console.auth import Principal, authenticate
-from console.models import Client, Environment
+from console.auth import Principal, authenticate, principal_of
+from console.models import ApiToken, Client, Environment
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 
 
@@ -26,14 +26,22 @@ async def principal_for(rt: ServiceRuntime, authorization: str | None) -> Princi
 async def identity_for_token(rt: ServiceRuntime, token: str | None) -> Identity:
     """The principal of a raw API token, with its client's and environment's names."""
 
-    def work(uow: UnitOfWork) -> Identity:
-        principal = authenticate(uow.session, f"Bearer {token}" if token else None)
-        client = uow.session.get(Client, principal.client_id)
-        environment = uow.session.get(Environment, principal.environment_id)
-        return Identity(
-            principal=principal,
-            client_name=client.name if client else principal.client_id,
-            environment_name=environment.name if environment else principal.environment_id,
-        )
+    return await rt.units.run(
+        lambda uow: _identity(uow, authenticate(uow.session, f"Bearer {token}" if token else None))
+    )
 
-    return await rt.units.run(work)
+
+def identity_for_token_id(uow: UnitOfWork, token_id: str) -> Identity:
+    """The identity of a stored token (a web session's), checked afresh: 401 when it is
+    gone, revoked or expired. Runs inside the caller's unit of work."""
+    return _identity(uow, principal_of(uow.session.get(ApiToken, token_id)))
+
+
+def _identity(uow: UnitOfWork, principal: Principal) -> Identity:
+    client = uow.session.get(Client, principal.client_id)
+    environment = uow.session.get(Environment, principal.environment_id)
+    return Identity(
+        principal=principal,
+        client_name=client.name if client else principal.client_id,
+        environment_name=environment.name if environment else principal.environment_id,
+    )

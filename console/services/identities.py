@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from sqlmodel import Session, select
 
 from console.auth import Principal
+from console.core.audit_log import audit
 from console.core.clock import utcnow
 from console.core.signatures import SignatureError, verify
 from console.errors import (
@@ -240,7 +241,10 @@ async def release(
             uow.after_commit(rt.apply_identities)
         return answer
 
-    return await rt.units.run(work, write=not dry_run)
+    answer = await rt.units.run(work, write=not dry_run)
+    if answer.outcome is ReleaseOutcome.RELEASED:
+        audit("agent_released", agent_id=agent_id, by_token_id=principal.token_id)
+    return answer
 
 
 _RELEASE_MESSAGE = {
@@ -259,7 +263,9 @@ async def revoke_agent(rt: ServiceRuntime, principal: Principal, agent_id: str) 
         uow.after_commit(rt.apply_identities)
         return agent_public(agent, stale_seconds=rt.settings.agent_stale_seconds)
 
-    return await rt.units.run(work, write=True)
+    revoked = await rt.units.run(work, write=True)
+    audit("agent_revoked", agent_id=agent_id, by_token_id=principal.token_id)
+    return revoked
 
 
 async def rotate_credentials(
@@ -294,6 +300,7 @@ async def rotate_credentials(
 
     try:
         await rt.units.run(begin, write=True)
+        audit("agent_rotation_started", agent_id=agent_id, by_token_id=principal.token_id)
         return await _await_rotation(rt, agent_id, nonce_box[0], waiter)
     finally:
         for nonce in nonce_box:
@@ -342,6 +349,7 @@ async def accept_rotation(
         return agent.nats_public_key or ""
 
     public_key = await rt.units.run(work, write=True)
+    audit("agent_rotated", agent_id=agent_id, public_key=public_key)
     waiter = rt.rotation_waiters.get(proof.nonce)
     if waiter is not None:
         waiter.set()

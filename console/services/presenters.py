@@ -194,4 +194,5 @@ def api_token_public(t: ApiToken) -> ApiTokenPublic:
         expires_at=t.expires_at,
         revoked_at=t.revoked_at,
         last_used_at=t.last_used_at,
+        parent_id=t.parent_id,
     )

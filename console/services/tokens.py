@@ -3,11 +3,12 @@ authenticate with). A token is returned once, at creation; only its hash is stor
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlmodel import col, select
 
 from console.auth import Principal
+from console.core.audit_log import audit
 from console.core.clock import utcnow
 from console.core.secrets import (
     API_TOKEN_PREFIX,
@@ -77,6 +78,14 @@ def _new_install_token(
     )
     uow.session.add(token)
     uow.session.flush()
+    audit(
+        "install_token_created",
+        token_id=token.id,
+        prefix=token.prefix,
+        cluster_slug=token.cluster_slug,
+        environment_id=token.environment_id,
+        by_token_id=principal.token_id,
+    )
     return InstallTokenCreated(**install_token_public(token).model_dump(), token=raw)
 
 
@@ -127,6 +136,12 @@ async def revoke_install_token(
         if token.revoked_at is None:
             token.revoked_at = utcnow()
             uow.session.add(token)
+            audit(
+                "install_token_revoked",
+                token_id=token.id,
+                prefix=token.prefix,
+                by_token_id=principal.token_id,
+            )
         return install_token_public(token)
 
     return await rt.units.run(work, write=True)
@@ -135,7 +150,8 @@ async def revoke_install_token(
 async def create_api_token(
     rt: ServiceRuntime, principal: Principal, body: ApiTokenCreate
 ) -> ApiTokenCreated:
-    """A new token for the same client and environment, with at most the caller's scopes."""
+    """A child of the caller's token, for the same client and environment: at most the caller's
+    scopes, expiring no later than the caller (``child_expiry``), and revoked with it."""
     principal.require(Scope.TOKENS_WRITE)
     wanted = {s.value for s in body.scopes}
     if not wanted <= principal.scopes:
@@ -146,6 +162,7 @@ async def create_api_token(
         )
 
     def work(uow: UnitOfWork) -> ApiTokenCreated:
+        parent = uow.session.get(ApiToken, principal.token_id)
         raw = new_token(API_TOKEN_PREFIX)
         now = utcnow()
         token = ApiToken(
@@ -156,15 +173,36 @@ async def create_api_token(
             prefix=display_prefix(raw),
             scopes=sorted(wanted),
             created_at=now,
-            expires_at=now + timedelta(seconds=body.expires_in_seconds)
-            if body.expires_in_seconds
-            else None,
+            expires_at=child_expiry(
+                now, body.expires_in_seconds, parent.expires_at if parent else None
+            ),
+            parent_id=principal.token_id,
         )
         uow.session.add(token)
         uow.session.flush()
+        audit(
+            "api_token_created",
+            token_id=token.id,
+            prefix=token.prefix,
+            scopes=token.scopes,
+            expires_at=token.expires_at.isoformat() if token.expires_at else None,
+            environment_id=token.environment_id,
+            by_token_id=principal.token_id,
+        )
         return ApiTokenCreated(**api_token_public(token).model_dump(), token=raw)
 
     return await rt.units.run(work, write=True)
+
+
+def child_expiry(
+    now: datetime, expires_in_seconds: int | None, parent_expires_at: datetime | None
+) -> datetime | None:
+    """A child expires when asked, and never after its parent; a child of a token that never
+    expires may itself never expire (revoking the parent still ends it)."""
+    asked = now + timedelta(seconds=expires_in_seconds) if expires_in_seconds else None
+    if parent_expires_at is None:
+        return asked
+    return parent_expires_at if asked is None else min(asked, parent_expires_at)
 
 
 async def list_api_tokens(rt: ServiceRuntime, principal: Principal) -> list[ApiTokenPublic]:
@@ -187,6 +225,9 @@ async def list_api_tokens(rt: ServiceRuntime, principal: Principal) -> list[ApiT
 async def revoke_api_token(
     rt: ServiceRuntime, principal: Principal, token_id: str
 ) -> ApiTokenPublic:
+    """Revoke a token and every token minted under it. The caller must hold every scope the
+    token holds: a token never revokes one that outranks it."""
+
     def work(uow: UnitOfWork) -> ApiTokenPublic:
         token = uow.session.get(ApiToken, token_id)
         if token is None:
@@ -194,9 +235,42 @@ async def revoke_api_token(
         principal.require_on(
             Scope.TOKENS_WRITE, client_id=token.client_id, environment_id=token.environment_id
         )
+        beyond = set(token.scopes) - principal.scopes
+        if beyond:
+            raise ForbiddenError(
+                ErrorReason.SCOPE_ESCALATION,
+                "cannot revoke a token holding scopes this token does not hold: "
+                + ", ".join(sorted(beyond)),
+            )
+        now = utcnow()
         if token.revoked_at is None:
-            token.revoked_at = utcnow()
+            token.revoked_at = now
             uow.session.add(token)
+        descendants = _revoke_descendants(uow, token.id, now)
+        audit(
+            "api_token_revoked",
+            token_id=token.id,
+            prefix=token.prefix,
+            descendants_revoked=descendants,
+            by_token_id=principal.token_id,
+        )
         return api_token_public(token)
 
     return await rt.units.run(work, write=True)
+
+
+def _revoke_descendants(uow: UnitOfWork, token_id: str, now: datetime) -> list[str]:
+    """Revoke the tokens minted under ``token_id``, generation by generation; their ids."""
+    revoked: list[str] = []
+    parents = [token_id]
+    while parents:
+        children = uow.session.exec(
+            select(ApiToken).where(col(ApiToken.parent_id).in_(parents))
+        ).all()
+        for child in children:
+            if child.revoked_at is None:
+                child.revoked_at = now
+                uow.session.add(child)
+                revoked.append(child.id)
+        parents = [c.id for c in children]  # ids are minted after their parent's: no cycles
+    return revoked

@@ -17,6 +17,7 @@ from console.auth import Principal
 from console.errors import UnauthorizedError
 from console.runtime import ConsoleRuntime
 from console.services import access
+from console.services.unit_of_work import UnitOfWork
 from console.web.errors import SignInRequired
 from console.web.forms import Form, check_csrf, read_form
 from console.web.sessions import SESSION_COOKIE, SessionStore, WebSession
@@ -31,6 +32,7 @@ __all__ = [
     "get_runtime",
     "get_web",
     "next_path",
+    "save_session",
 ]
 
 
@@ -86,14 +88,24 @@ def next_path(request: Request) -> str:
 
 async def get_viewer(request: Request, runtime: RuntimeDep) -> Viewer:
     web = get_web(request)
-    session = web.store.get(request.cookies.get(SESSION_COOKIE))
-    if session is None:
+    cookie = request.cookies.get(SESSION_COOKIE)
+
+    def work(uow: UnitOfWork) -> tuple[WebSession, access.Identity | UnauthorizedError] | None:
+        session = web.store.load(uow, cookie)
+        if session is None:
+            return None
+        try:
+            return session, access.identity_for_token_id(uow, session.token_id)
+        except UnauthorizedError as exc:
+            return session, exc
+
+    found = await runtime.units.run(work)
+    if found is None:
         raise SignInRequired(next_path(request))
-    try:
-        identity = await access.identity_for_token(runtime, session.token)
-    except UnauthorizedError as exc:
-        web.store.drop(session.id)
-        raise SignInRequired(next_path(request), exc.reason) from exc
+    session, identity = found
+    if isinstance(identity, UnauthorizedError):
+        await web.store.drop(session)
+        raise SignInRequired(next_path(request), identity.reason)
     viewer = Viewer(
         session=session,
         principal=identity.principal,
@@ -102,6 +114,13 @@ async def get_viewer(request: Request, runtime: RuntimeDep) -> Viewer:
     )
     request.state.viewer = viewer
     return viewer
+
+
+async def save_session(request: Request) -> None:
+    """Write back what this request changed in its session (PageRoute calls it last)."""
+    viewer: Viewer | None = getattr(request.state, "viewer", None)
+    if viewer is not None:
+        await get_web(request).store.save(viewer.session)
 
 
 ViewerDep = Annotated[Viewer, Depends(get_viewer)]

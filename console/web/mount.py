@@ -7,6 +7,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from console.runtime import ConsoleRuntime
 from console.web.deps import WebState
 from console.web.routes import agents, auth, clusters, rollouts, tokens
 from console.web.sessions import SessionStore
@@ -18,9 +19,9 @@ TEMPLATES_DIR = CONSOLE_DIR / "templates"
 STATIC_DIR = CONSOLE_DIR / "static"
 
 
-def mount(app: FastAPI, *, store: SessionStore | None = None) -> None:
+def mount(app: FastAPI, runtime: ConsoleRuntime) -> None:
     app.state.web = WebState(
-        store=store or SessionStore(),
+        store=SessionStore(runtime.units, runtime.settings),
         templates=Templates(TEMPLATES_DIR, static_version=VERSION),
     )
     for module in (auth, clusters, agents, rollouts, tokens):

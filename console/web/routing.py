@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.routing import APIRoute
 
 from console.errors import ConsoleError
-from console.web.deps import get_web
+from console.web.deps import get_web, save_session
 from console.web.errors import PageError, SignInRequired
 from contracts.vocabulary import ErrorReason
 
@@ -59,6 +59,12 @@ class PageRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def route(request: Request) -> Response:
+            try:
+                return await answer(request)
+            finally:
+                await save_session(request)
+
+        async def answer(request: Request) -> Response:
             try:
                 return await handler(request)
             except SignInRequired as exc:

@@ -27,6 +27,9 @@ class ErrorReason(StrEnum):
     MISSING_SCOPE = "missing_scope"
     WRONG_ENVIRONMENT = "wrong_environment"
     SCOPE_ESCALATION = "scope_escalation"
+    """Also refuses revoking a token that holds scopes the caller does not."""
+    # --- rate limits (sign-in, enrollment) ------------------------------------------------ 429
+    RATE_LIMITED = "rate_limited"
     # --- install tokens ------------------------------------------------------------------ 401
     INVALID_INSTALL_TOKEN = "invalid_install_token"
     INSTALL_TOKEN_REVOKED = "install_token_revoked"

@@ -1,8 +1,11 @@
 """Agent-facing endpoints: enrollment and the credential-rotation proof."""
 
-from fastapi import APIRouter, Response, status
+from fastapi import APIRouter, Request, Response, status
 
 from console.api.deps import RuntimeDep
+from console.core.audit_log import Field, audit, audit_refusal, client_address
+from console.core.secrets import loggable_prefix
+from console.errors import ConsoleError
 from console.services import enrollment, identities
 from contracts.enrollment import (
     EnrollRequest,
@@ -13,6 +16,10 @@ from contracts.enrollment import (
     RotationAccepted,
     RotationProof,
 )
+from contracts.vocabulary import ErrorReason
+
+# A bad or stale proof is an authentication failure too (logged as ``auth_failed``).
+_BAD_PROOF = {ErrorReason.BAD_SIGNATURE, ErrorReason.STALE_SIGNATURE}
 
 router = APIRouter(prefix="/api/v1/agents", tags=["agents"])
 
@@ -22,18 +29,45 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     409: {"model": ErrorBody, "description": "the (environment, agent_type, name) is held"},
     422: {"model": ErrorBody, "description": "malformed request"},
 }
+_ENROLL_ERRORS: dict[int | str, dict[str, object]] = {
+    **_ERRORS,
+    429: {"model": ErrorBody, "description": "rate limited (see Retry-After)"},
+}
 
 
 @router.post(
     "/enroll",
     response_model=EnrollResponse,
     status_code=status.HTTP_201_CREATED,
-    responses={200: {"model": EnrollResponse, "description": "re-bound or repeated"}, **_ERRORS},
+    responses={
+        200: {"model": EnrollResponse, "description": "re-bound or repeated"},
+        **_ENROLL_ERRORS,
+    },
 )
 async def enroll_agent(
-    req: EnrollRequest, runtime: RuntimeDep, response: Response
+    req: EnrollRequest, runtime: RuntimeDep, request: Request, response: Response
 ) -> EnrollResponse:
-    answer, created = await enrollment.enroll_agent(runtime, req)
+    source = client_address(request)
+    prefix = loggable_prefix(req.install_token)
+    seen: dict[str, Field] = {
+        "source": source,
+        "install_token_prefix": prefix,
+        "agent_type": req.agent_type.value,
+    }
+    try:
+        runtime.rate_limits.check(runtime.rate_limits.enroll, source=source, token_prefix=prefix)
+        answer, created = await enrollment.enroll_agent(runtime, req)
+    except ConsoleError as exc:
+        failed = exc.status == 401 or exc.reason in _BAD_PROOF
+        event = "auth_failed" if failed else "enroll_refused"
+        audit_refusal(event, surface="enroll", reason=exc.reason, **seen)
+        raise
+    audit(
+        "agent_rebound" if answer.rebound else "agent_enrolled" if created else "agent_reenrolled",
+        agent_id=answer.agent_id,
+        environment_id=answer.environment_id,
+        **seen,
+    )
     if not created:
         response.status_code = status.HTTP_200_OK
     return answer

@@ -8,14 +8,16 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 
 from console.auth import Principal
-from console.errors import UnauthorizedError
+from console.core.audit_log import audit, audit_refusal, client_address
+from console.core.secrets import loggable_prefix
+from console.errors import TooManyRequestsError, UnauthorizedError
 from console.schemas import Scope
 from console.services import access
 from console.web.deps import FormDep, RuntimeDep, ViewerDep, get_viewer, get_web
 from console.web.errors import CsrfError, SignInRequired
 from console.web.forms import CSRF_FIELD, read_form
 from console.web.routing import PageRoute
-from console.web.sessions import SESSION_COOKIE, SIGN_IN_COOKIE, WebSession
+from console.web.sessions import SESSION_COOKIE, SIGN_IN_COOKIE
 from contracts.vocabulary import ErrorReason
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
@@ -93,9 +95,11 @@ def _sign_in_page(
         error=error,
         notice=notice,
     )
+    # Double submit: the form's nonce must match this cookie. (A signature would add nothing: a
+    # page of this Console hands anyone a valid pair.)
     response.set_cookie(
         SIGN_IN_COOKIE,
-        web.store.sign(nonce),
+        nonce,
         httponly=True,
         samesite="lax",
         secure=_secure(request),
@@ -119,34 +123,52 @@ def sign_in_form(request: Request, next: str = "", reason: str = "") -> Response
 async def sign_in(request: Request, runtime: RuntimeDep) -> Response:
     web = get_web(request)
     form = await read_form(request)
-    nonce = web.store.unsign(request.cookies.get(SIGN_IN_COOKIE))
-    if nonce is None or not secrets.compare_digest(nonce, form.get(CSRF_FIELD)):
+    nonce = request.cookies.get(SIGN_IN_COOKIE)
+    if not nonce or not secrets.compare_digest(nonce, form.get(CSRF_FIELD)):
         raise CsrfError(
             "this sign-in form did not come from this Console's sign-in page (or it expired): "
             "open /sign-in and try again"
         )
-    token = form.get("token")
+    token = form.get("token").strip()
     next_path = _safe_next(form.get("next")) or ""
-
+    source = client_address(request)
     try:
+        runtime.rate_limits.check(
+            runtime.rate_limits.sign_in, source=source, token_prefix=loggable_prefix(token)
+        )
         principal = (await access.identity_for_token(runtime, token)).principal
+    except TooManyRequestsError as exc:
+        audit_refusal("sign_in_refused", reason=exc.reason, source=source)
+        page = _sign_in_page(request, next_path=next_path, error=exc.message, notice=None)
+        page.status_code = exc.status
+        page.headers["Retry-After"] = str(exc.retry_after)
+        return page
     except UnauthorizedError as exc:
+        audit_refusal(
+            "auth_failed",
+            surface="web",
+            reason=exc.reason,
+            source=source,
+            token_prefix=loggable_prefix(token),
+        )
         message = (
             "Paste an API token (pxa_…)."
             if exc.reason is ErrorReason.MISSING_TOKEN
             else exc.message
         )
         return _sign_in_page(request, next_path=next_path, error=message, notice=None)
-    session: WebSession = web.store.create(token)
+    cookie = await web.store.create(principal.token_id)
+    audit("sign_in", token_id=principal.token_id, source=source)
     response = RedirectResponse(next_path or home_for(principal), status_code=303)
-    set_session_cookie(request, response, web.store.cookie_value(session))
+    set_session_cookie(request, response, cookie)
     response.delete_cookie(SIGN_IN_COOKIE, path="/sign-in")
     return response
 
 
 @router.post("/sign-out")
-def sign_out(request: Request, viewer: ViewerDep, _form: FormDep) -> Response:
-    get_web(request).store.drop(viewer.session.id)
+async def sign_out(request: Request, viewer: ViewerDep, _form: FormDep) -> Response:
+    await get_web(request).store.drop(viewer.session)
+    audit("sign_out", token_id=viewer.principal.token_id, source=client_address(request))
     response = RedirectResponse(f"/sign-in?reason={ErrorReason.SIGNED_OUT}", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response
