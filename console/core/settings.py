@@ -4,11 +4,30 @@ Built once in ``main`` (or by the test that starts the app), never at import tim
 """
 
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BeforeValidator, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from fleet_policy.identities import DEFAULT_QUIET_WINDOW_SECONDS, DEFAULT_STALE_AFTER_SECONDS
+
+
+def _comma_list(value: Any) -> Any:
+    """``a,b`` (or a JSON list) as a list of stripped, non-empty items."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            import json
+
+            value = json.loads(text)
+        else:
+            value = text.split(",")
+    if isinstance(value, list | tuple):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return value
+
+
+CommaList = Annotated[list[str], NoDecode, BeforeValidator(_comma_list)]
 
 
 class ConsoleSettings(BaseSettings):
@@ -21,7 +40,7 @@ class ConsoleSettings(BaseSettings):
     )
     database_url: str | None = Field(
         default=None,
-        description="SQLAlchemy URL; default sqlite:///<data_dir>/console.core.db. "
+        description="SQLAlchemy URL; default sqlite:///<data_dir>/console.db. "
         "PostgreSQL: postgresql+psycopg://user:pass@host/db",
     )
     host: str = Field(default="127.0.0.1", description="Address the HTTP API binds to.")
@@ -97,13 +116,33 @@ class ConsoleSettings(BaseSettings):
     artifact_max_bytes: int = Field(
         default=256 * 1024 * 1024, description="Largest agent build accepted for hosting."
     )
+    signing_public_keys: CommaList = Field(
+        default_factory=list,
+        description="Build-signing public keys (base64url, comma-separated: the .pub files of "
+        "scripts/build_agent.py keygen) the Console trusts: an uploaded build must be signed "
+        "by one of them. Unset: the Console hosts no builds.",
+    )
+    artifact_url_allow: CommaList = Field(
+        default_factory=list,
+        description="URL prefixes (scheme://host[:port]/path/) a rollout's artifact may be "
+        "fetched from besides the Console's own /api/v1/artifacts/. Unset: only hosted builds.",
+    )
     rollout_sweep_seconds: float = Field(
         default=0.5, description="How often dispatched targets past the wave timeout are expired."
     )
     log_level: str = Field(default="info")
     log_format: str = Field(default="plain", description="plain or json")
 
+    @field_validator("signing_public_keys")
+    @classmethod
+    def _check_keys(cls, value: list[str]) -> list[str]:
+        from console.core.builds import parse_signing_key
+
+        for key in value:
+            parse_signing_key(key)
+        return value
+
     def resolved_database_url(self) -> str:
         if self.database_url:
             return self.database_url
-        return f"sqlite:///{(self.data_dir / 'console.core.db').resolve()}"
+        return f"sqlite:///{(self.data_dir / 'console.db').resolve()}"
