@@ -27,7 +27,7 @@ from console.core.settings import ConsoleSettings
 from console.ingest import Ingester
 from console.models import NatsRevocation
 from console.nats.authorization import NatsAuthorizer
-from console.nats.jwt import NatsAuthority
+from console.nats.jwt import NatsAuthority, UserLimits
 from console.nats.server import (
     VARZ_REQUEST,
     EmbeddedNats,
@@ -222,7 +222,13 @@ class ConsoleRuntime:
 
     def agent_jwt(self, agent_id: str, public_key: str) -> str:
         assert self.authority is not None
-        return self.authority.agent_jwt(agent_id=agent_id, public_key=public_key)
+        s = self.settings
+        limits = UserLimits(
+            subs=s.nats_agent_max_subscriptions,
+            payload=s.nats_max_payload,
+            ttl_seconds=s.nats_agent_jwt_ttl_seconds,
+        )
+        return self.authority.agent_jwt(agent_id=agent_id, public_key=public_key, limits=limits)
 
     async def apply_identities(self) -> None:
         """Return once NATS refuses every key the database has taken away."""

@@ -76,7 +76,22 @@ class ConsoleSettings(BaseSettings):
         description="Embedded NATS client port. Keep it stable: agents remember the URL they "
         "were given at enrollment.",
     )
-    nats_max_payload: int = Field(default=1024 * 1024, description="Embedded NATS max_payload.")
+    nats_max_payload: int = Field(
+        default=1024 * 1024,
+        description="Embedded NATS max_payload; also the largest message an agent's JWT allows.",
+    )
+    nats_agent_max_subscriptions: int = Field(
+        default=10,
+        ge=2,
+        description="Subscriptions one agent connection may hold (its JWT's subs limit; an "
+        "agent uses 2).",
+    )
+    nats_agent_jwt_ttl_seconds: float = Field(
+        default=24 * 3600.0,
+        ge=60.0,
+        description="Lifetime of an agent's NATS JWT. Agents ask for a fresh one (proving their "
+        "key) when two thirds of it have passed, and reconnect with it.",
+    )
 
     identity_quiet_seconds: float = Field(
         default=DEFAULT_QUIET_WINDOW_SECONDS,
