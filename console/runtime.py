@@ -27,6 +27,7 @@ from console.core.settings import ConsoleSettings
 from console.ingest import Ingester
 from console.models import NatsRevocation
 from console.nats.authorization import NatsAuthorizer
+from console.nats.connection_guard import ACCOUNT_EVENTS, ConnectionGuard
 from console.nats.jwt import NatsAuthority, UserLimits
 from console.nats.server import (
     VARZ_REQUEST,
@@ -79,6 +80,7 @@ class ConsoleRuntime:
         self.database_url = settings.resolved_database_url()
         self.engine: Engine = make_engine(self.database_url)
         self.embedded: EmbeddedNats | None = None
+        self.guard: ConnectionGuard | None = None
         self.reloader: MonitoredReloader | SystemAccountReloader | None = None
         self.nc: NatsClient | None = None
         self.sys_nc: NatsClient | None = None
@@ -192,6 +194,13 @@ class ConsoleRuntime:
             reconnect_time_wait=0.5,
         )
         await self.sys_nc.subscribe(AUTH_ERRORS, queue=INGEST_QUEUE, cb=self.ingester.on_auth_error)
+        sys_nc = self.sys_nc
+        self.guard = ConnectionGuard(
+            limit=self.settings.nats_agent_max_connections,
+            request=lambda subject, data: sys_nc.request(subject, data, timeout=2.0),
+            exempt={console_pub},
+        )
+        await self.sys_nc.subscribe(ACCOUNT_EVENTS, cb=self.guard.on_event)
 
     async def _varz(self) -> dict[str, Any]:
         assert self.sys_nc is not None

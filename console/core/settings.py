@@ -86,9 +86,15 @@ class ConsoleSettings(BaseSettings):
         description="Subscriptions one agent connection may hold (its JWT's subs limit; an "
         "agent uses 2).",
     )
+    nats_agent_max_connections: int = Field(
+        default=3,
+        ge=1,
+        description="Live NATS connections one agent key may hold; the Console closes any past "
+        "it (an agent uses 1, 2 during a self_update trial).",
+    )
     nats_agent_jwt_ttl_seconds: float = Field(
         default=24 * 3600.0,
-        ge=60.0,
+        ge=5.0,
         description="Lifetime of an agent's NATS JWT. Agents ask for a fresh one (proving their "
         "key) when two thirds of it have passed, and reconnect with it.",
     )

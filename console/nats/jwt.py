@@ -187,7 +187,13 @@ class NatsAuthority:
                 "name": "proxima-console-system",
                 "nats": {
                     "pub": {"allow": ["$SYS.REQ.>", "_INBOX.>"]},
-                    "sub": {"allow": ["$SYS.SERVER.*.CLIENT.AUTH.ERR", "_INBOX.>"]},
+                    "sub": {
+                        "allow": [
+                            "$SYS.SERVER.*.CLIENT.AUTH.ERR",
+                            "$SYS.ACCOUNT.*.*",  # connect/disconnect: ConnectionGuard
+                            "_INBOX.>",
+                        ]
+                    },
                     "subs": -1,
                     "data": -1,
                     "payload": -1,
