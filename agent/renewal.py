@@ -58,9 +58,13 @@ async def _fetch(store: StateStore, fetch_jwt: FetchJwt) -> str | None:
 async def refresh_if_expiring(
     store: StateStore, fetch_jwt: FetchJwt, now: Callable[[], float] = time.time
 ) -> None:
-    """Before connecting: a fresh JWT when the stored one expires within 30 s (or has)."""
+    """Before connecting: a fresh JWT when the stored one has expired or is about to (within
+    30 s, or a tenth of its lifetime when that is shorter)."""
     lifetime = jwt_lifetime(store.current.nats_jwt)
-    if lifetime is None or lifetime[1] - now() > _CONNECT_MARGIN_SECONDS:
+    if lifetime is None:
+        return
+    issued, expires = lifetime
+    if expires - now() > min(_CONNECT_MARGIN_SECONDS, (expires - issued) / 10):
         return
     if await _fetch(store, fetch_jwt) is not None:
         log.info("nats credentials renewed: the stored JWT had expired or was about to")
