@@ -329,3 +329,43 @@ def test_the_embedded_nats_server_has_no_monitoring_port(console_factory):
     ports = json.loads(next((console.data_dir / "nats" / "ports").glob("*.ports")).read_text())
     assert ports.get("monitoring") is None
     assert ports["nats"], "the client port is there"
+
+
+def test_migration_0008_repairs_bad_and_duplicate_rows(tmp_path):
+    """Data an older Console stored: a 65-character version and the same build twice. The
+    migration removes the bad row and the younger duplicate, then makes duplicates impossible."""
+    from alembic import command
+
+    from console.core.db import alembic_config
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    command.upgrade(alembic_config(url), "0006")
+    rows = [
+        ("a" * 32, "0.9.0", "1" * 64, "2026-01-01 00:00:00"),
+        ("b" * 32, "0.9.0", "1" * 64, "2026-01-02 00:00:00"),  # the same build again
+        ("c" * 32, "1." + "0" * 63, "2" * 64, "2026-01-03 00:00:00"),  # 65 characters
+        ("d" * 32, "0.9.1", "3" * 64, "2026-01-04 00:00:00"),
+    ]
+    with sqlite3.connect(tmp_path / "old.db") as db:
+        db.execute("INSERT INTO client (id, name, created_at) VALUES ('c1', 'acme', '2026-01-01')")
+        db.execute(
+            "INSERT INTO environment (id, client_id, name, created_at) "
+            "VALUES ('e1', 'c1', 'prod', '2026-01-01')"
+        )
+        for row_id, version, sha, created in rows:
+            db.execute(
+                "INSERT INTO artifact (id, client_id, environment_id, version, url, sha256, "
+                "signature, hosted, created_at) VALUES (?, 'c1', 'e1', ?, 'u', ?, 's', 1, ?)",
+                (row_id, version, sha, created),
+            )
+    command.upgrade(alembic_config(url), "head")
+    with sqlite3.connect(tmp_path / "old.db") as db:
+        kept = [r[0] for r in db.execute("SELECT id FROM artifact ORDER BY created_at")]
+        assert kept == ["a" * 32, "d" * 32]
+        with pytest.raises(sqlite3.IntegrityError):
+            db.execute(
+                "INSERT INTO artifact (id, client_id, environment_id, version, url, sha256, "
+                "signature, hosted, created_at) VALUES ('e', 'c1', 'e1', '0.9.0', 'u', ?, 's', "
+                "1, '2026-01-05')",
+                ("1" * 64,),
+            )
