@@ -335,6 +335,7 @@ class AgentRuntime:
 
     async def _serve(self, state: AgentState) -> None:
         s = self.settings
+        self.self_update.console_url = self._backend_url(state)
         policy = ReconnectPolicy(
             wait=s.nats_reconnect_wait,
             max_wait=s.nats_reconnect_max_wait,

@@ -42,6 +42,7 @@ from agent.health import Readiness
 from agent.nats_links import describe_error as _describe
 from agent.nats_links import display_url
 from agent.nats_links import first_of as _first
+from agent.renewal import refresh_if_expiring, renew_before_expiry
 from agent.state import StateStore
 from contracts import subjects
 from contracts.durations import format_duration
@@ -331,7 +332,14 @@ class NatsSession:
                 callback()
             except Exception:
                 log.exception("on-connected callback failed")
+        renewal = None
+        if not self.trial and self.fetch_jwt is not None:
+            renewal = asyncio.ensure_future(
+                renew_before_expiry(self.store, self.fetch_jwt, self.request_reconnect)
+            )
         await _first(closed, self._reconnect, self._stop)
+        if renewal is not None:
+            renewal.cancel()
         self._client, self._closed, self._key = None, None, None
         if self._stop.is_set():
             self._set_state(SessionState.CLOSED, "nats closed: agent stopping")
@@ -370,6 +378,8 @@ class NatsSession:
     async def _connect_current(self) -> tuple[Client, asyncio.Event]:
         """Connect with the state's key; if it is refused and a rotation is pending, try the
         pending key and promote it when the server takes it."""
+        if not self.trial and self.fetch_jwt is not None:
+            await refresh_if_expiring(self.store, self.fetch_jwt)
         state = self.store.current
         self.attempts += 1
         self._reconnect.clear()

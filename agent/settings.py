@@ -110,6 +110,14 @@ def parse_names(value: Any) -> tuple[str, ...]:
 Duration = Annotated[float, BeforeValidator(_duration)]
 Labels = Annotated[dict[str, str], NoDecode, BeforeValidator(parse_labels)]
 Names = Annotated[tuple[str, ...], NoDecode, BeforeValidator(parse_names)]
+
+
+def _parse_urls(value: Any) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value or ())
+    return tuple(str(item).strip() for item in items if str(item).strip())
+
+
+Urls = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_parse_urls)]
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
@@ -143,6 +151,10 @@ class AgentSettings(BaseSettings):
     signing_public_key_file: Path | None = None
     program_path: Path | None = None
     update_health_timeout: Duration = 60.0
+    # Where self_update may download from besides the Console's own /api/v1/artifacts/, and
+    # the largest build it downloads (refused on Content-Length, cut off past it).
+    artifact_url_allow: Urls = ()
+    max_artifact_bytes: int = Field(default=512 * 2**20, ge=1)
 
     # Kubernetes agents (docs/kubernetes-agents.md). Both: the cluster they run in; the slug
     # is derived from the name like the chart derives it when not given.

@@ -205,7 +205,12 @@ class CredentialRotation(SQLModel, table=True):
 
 
 class Artifact(SQLModel, table=True):
-    """A signed build of the agent program, hosted by the Console or referenced by URL."""
+    """A signed build of the agent program, hosted by the Console or referenced by URL. One per
+    (environment, version, sha256): the same build uploaded again is the same artifact."""
+
+    __table_args__ = (
+        UniqueConstraint("environment_id", "version", "sha256", name="uq_artifact_identity"),
+    )
 
     id: str = Field(default_factory=new_id, primary_key=True, max_length=32)
     client_id: str = Field(foreign_key="client.id", index=True, max_length=32)

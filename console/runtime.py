@@ -7,10 +7,12 @@ work, and the methods below are the effects they register to run after commit.""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import nats
 import nkeys
@@ -20,12 +22,19 @@ from sqlmodel import select
 
 from console.core.clock import utcnow
 from console.core.db import make_engine, migrate
+from console.core.files import private_dir, private_file
 from console.core.settings import ConsoleSettings
 from console.ingest import ChunkLimits, Ingester
 from console.models import NatsRevocation
 from console.nats.authorization import NatsAuthorizer
-from console.nats.jwt import NatsAuthority
-from console.nats.server import EmbeddedNats, MonitoredReloader
+from console.nats.connection_guard import ACCOUNT_EVENTS, ConnectionGuard
+from console.nats.jwt import NatsAuthority, UserLimits
+from console.nats.server import (
+    VARZ_REQUEST,
+    EmbeddedNats,
+    MonitoredReloader,
+    SystemAccountReloader,
+)
 from console.services.rate_limits import RateLimits
 from console.services.repairs import clear_out_of_bounds
 from console.services.rollouts.results import expire_overdue
@@ -56,13 +65,25 @@ def load_or_create_seed(path: Path) -> bytes:
     return seed
 
 
+def _private_data(data_dir: Path) -> None:
+    """The data directory and the hosted builds only the Console's user can read (older
+    versions left them 0755/0644)."""
+    private_dir(data_dir)
+    store = data_dir / "artifacts"
+    if store.exists():
+        private_dir(store)
+        for stored in store.iterdir():
+            private_file(stored)
+
+
 class ConsoleRuntime:
     def __init__(self, settings: ConsoleSettings) -> None:
         self.settings = settings
         self.database_url = settings.resolved_database_url()
         self.engine: Engine = make_engine(self.database_url)
         self.embedded: EmbeddedNats | None = None
-        self.reloader: MonitoredReloader | None = None
+        self.guard: ConnectionGuard | None = None
+        self.reloader: MonitoredReloader | SystemAccountReloader | None = None
         self.nc: NatsClient | None = None
         self.sys_nc: NatsClient | None = None
         self.authorizer: NatsAuthorizer | None = None
@@ -106,11 +127,10 @@ class ConsoleRuntime:
 
     async def start(self) -> None:
         s = self.settings
-        s.data_dir.mkdir(parents=True, exist_ok=True)
+        _private_data(s.data_dir)
         await asyncio.to_thread(migrate, self.database_url)
         await self.units.run(lambda uow: clear_out_of_bounds(uow.session), write=True)
         seed = load_or_create_seed(s.data_dir / "console.nk")
-        console_pub = nkeys.from_seed(bytearray(seed)).public_key.decode()
         self.authority = NatsAuthority.load_or_create(s.data_dir / "nats-keys")
         if s.nats_url is None:
             self.embedded = EmbeddedNats(
@@ -134,13 +154,26 @@ class ConsoleRuntime:
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.start)
             self.nats_url = self.embedded.client_url
-            self.reloader = self.embedded.reloader()
         else:
-            assert s.nats_url and s.nats_pid_file and s.nats_monitor_url
+            assert s.nats_url
             self.nats_url = s.nats_url
+        await self._connect(seed)
+        if self.embedded is not None:
+            self.reloader = self.embedded.reloader(self._varz)
+        else:
+            assert s.nats_pid_file and s.nats_monitor_url
             self.reloader = MonitoredReloader(pid=s.nats_pid_file, monitor_url=s.nats_monitor_url)
             await self.reloader.reload()
         self.authorizer.start(self.reloader)
+        self.ingester.start()
+        self._sweeper = asyncio.create_task(self._sweep(), name="rollout-sweeper")
+        log.info("console nats connected to %s", self.nats_url)
+
+    async def _connect(self, seed: bytes) -> None:
+        """The Console's two NATS users: its fleet user (ingest, commands) and its system-account
+        user (refused connections, reload confirmations)."""
+        assert self.authority is not None
+        console_pub = nkeys.from_seed(bytearray(seed)).public_key.decode()
         console_jwt = self.authority.console_jwt(console_pub).encode()
         self.nc = await nats.connect(
             self.nats_url,
@@ -172,9 +205,18 @@ class ConsoleRuntime:
             reconnect_time_wait=0.5,
         )
         await self.sys_nc.subscribe(AUTH_ERRORS, queue=INGEST_QUEUE, cb=self.ingester.on_auth_error)
-        self.ingester.start()
-        self._sweeper = asyncio.create_task(self._sweep(), name="rollout-sweeper")
-        log.info("console nats connected to %s", self.nats_url)
+        sys_nc = self.sys_nc
+        self.guard = ConnectionGuard(
+            limit=self.settings.nats_agent_max_connections,
+            request=lambda subject, data: sys_nc.request(subject, data, timeout=2.0),
+            exempt={console_pub},
+        )
+        await self.sys_nc.subscribe(ACCOUNT_EVENTS, cb=self.guard.on_event)
+
+    async def _varz(self) -> dict[str, Any]:
+        assert self.sys_nc is not None
+        answer = await self.sys_nc.request(VARZ_REQUEST, b"", timeout=5.0)
+        return dict(json.loads(answer.data))
 
     async def stop(self) -> None:
         if self._sweeper is not None:
@@ -200,7 +242,13 @@ class ConsoleRuntime:
 
     def agent_jwt(self, agent_id: str, public_key: str) -> str:
         assert self.authority is not None
-        return self.authority.agent_jwt(agent_id=agent_id, public_key=public_key)
+        s = self.settings
+        limits = UserLimits(
+            subs=s.nats_agent_max_subscriptions,
+            payload=s.nats_max_payload,
+            ttl_seconds=s.nats_agent_jwt_ttl_seconds,
+        )
+        return self.authority.agent_jwt(agent_id=agent_id, public_key=public_key, limits=limits)
 
     async def apply_identities(self) -> None:
         """Return once NATS refuses every key the database has taken away."""

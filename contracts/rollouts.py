@@ -4,9 +4,11 @@ The decisions themselves (eligibility, waves, thresholds, states) live in ``flee
 these are only the wire shapes, shared by the Console's routes and the flows' typed client.
 """
 
+from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
+from urllib.parse import unquote, urlsplit
 
 from pydantic import (
     BaseModel,
@@ -47,6 +49,44 @@ class ArtifactRef(BaseModel):
     url: Annotated[str, StringConstraints(min_length=1, max_length=2048, pattern=r"^[!-~]+$")]
     sha256: Sha256
     signature: Annotated[str, StringConstraints(min_length=16, max_length=256)]
+
+
+HOSTED_ARTIFACTS_PATH = "/api/v1/artifacts/"
+
+
+def _origin_and_path(url: str) -> tuple[str, str, str] | None:
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    host = (parts.hostname or "").lower()
+    if parts.scheme not in ("http", "https") or not host or "@" in parts.netloc:
+        return None
+    decoded = unquote(parts.path)
+    if any(segment in (".", "..") for segment in decoded.split("/")) or "\\" in decoded + url:
+        return None
+    netloc = host if port is None else f"{host}:{port}"
+    return parts.scheme, netloc, parts.path or "/"
+
+
+def artifact_url_allowed(url: str, prefixes: Iterable[str]) -> bool:
+    """Whether ``url`` lies under one of ``prefixes`` (each ``scheme://host[:port]/path``):
+    same scheme and host, a path under the prefix's path taken as a directory. A URL with user
+    info, dot segments or backslashes is never allowed. The one rule the Console (rollout
+    creation) and the agent (download) apply; the Console's own prefix is
+    ``<its URL>/api/v1/artifacts/``."""
+    target = _origin_and_path(url)
+    if target is None:
+        return False
+    for prefix in prefixes:
+        allowed = _origin_and_path(prefix)
+        if allowed is None:
+            continue
+        directory = allowed[2] if allowed[2].endswith("/") else allowed[2] + "/"
+        if target[:2] == allowed[:2] and target[2].startswith(directory):
+            return True
+    return False
 
 
 class SelectorSpec(BaseModel):

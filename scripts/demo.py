@@ -174,6 +174,10 @@ def start_console(demo: Demo) -> str:
         "PROXIMA_AGENT_STALE_SECONDS": "10",
         "PROXIMA_HEARTBEAT_FLUSH_SECONDS": "0.2",
         "PROXIMA_PREFECT_API_URL": demo.prefect_api,
+        # the Console hosts only builds signed with the key build() made
+        "PROXIMA_SIGNING_PUBLIC_KEYS": (demo.workdir / "keys" / "proxima-signing.pub")
+        .read_text()
+        .strip(),
     }
     boot = subprocess.run(
         [

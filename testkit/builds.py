@@ -57,6 +57,33 @@ def make_signing_key(directory: Path) -> tuple[Path, str]:
     return Path(info["private_key_file"]), str(info["public_key"])
 
 
+# The suite's build-signing key: every test Console trusts it (testkit.console sets
+# PROXIMA_SIGNING_PUBLIC_KEYS), so a build signed with it can be uploaded. Test only.
+SUITE_SIGNING_SEED = bytes(range(1, 33))
+
+
+def suite_public_key() -> str:
+    import base64
+
+    import nacl.signing
+
+    raw = bytes(nacl.signing.SigningKey(SUITE_SIGNING_SEED).verify_key)
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def suite_signing_key(directory: Path) -> tuple[Path, str]:
+    """(private key file, public key text) of the suite's key, in keygen's format."""
+    import base64
+
+    directory.mkdir(parents=True, exist_ok=True)
+    key = directory / "proxima-signing.key"
+    key.write_text(base64.urlsafe_b64encode(SUITE_SIGNING_SEED).decode().rstrip("=") + "\n")
+    key.chmod(0o600)
+    public = suite_public_key()
+    (directory / "proxima-signing.pub").write_text(public + "\n")
+    return key, public
+
+
 def build_agent(
     version: str, out: Path, *, key: Path | None, source_root: Path = REPO, name: str | None = None
 ) -> Build:
@@ -134,7 +161,7 @@ class Builds:
 
 
 def make_builds(root: Path) -> Builds:
-    key, public = make_signing_key(root / "keys")
+    key, public = suite_signing_key(root / "keys")
     dist = root / "dist"
     broken = root / "src"
 

@@ -19,6 +19,7 @@ import httpx
 import nkeys
 
 from contracts.enrollment import enrollment_message
+from testkit.builds import suite_public_key
 from testkit.net import free_port
 from testkit.waiting import CannotHappenError, wait_for
 
@@ -71,6 +72,10 @@ class ConsoleProcess:
             "PROXIMA_NATS_PORT": str(self.nats_port),
             "PROXIMA_HEARTBEAT_FLUSH_SECONDS": "0.05",
             "PROXIMA_LOG_LEVEL": "info",
+            # builds signed with the suite's key are hosted; testkit.rollouts' reference
+            # artifact (http://127.0.0.1:1/a.pyz) is an allowed source
+            "PROXIMA_SIGNING_PUBLIC_KEYS": suite_public_key(),
+            "PROXIMA_ARTIFACT_URL_ALLOW": "http://127.0.0.1:1/",
             **(env or {}),
         }
         if database_url:

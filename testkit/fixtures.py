@@ -55,7 +55,7 @@ def postgres() -> Iterator[ThrowawayPostgres]:
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'console.core.db'}"
+        return f"sqlite:///{tmp_path / 'console.db'}"
     pg: ThrowawayPostgres = request.getfixturevalue("postgres")
     return pg.create_database()
 

@@ -210,7 +210,7 @@ class InProcessRuntime:
 
 
 def migrated_template(directory: Path) -> Path:
-    """A SQLite file brought to head by the Console's own migrations (``console.core.db``);
+    """A SQLite file brought to head by the Console's own migrations (``console.db``);
     each test copies it into memory instead of migrating again."""
     path = directory / "template.db"
     migrate(f"sqlite:///{path}")
@@ -444,6 +444,8 @@ def in_process_console(
         "data_dir": template.parent / "unused",
         "database_url": "sqlite://",
         "prefect_api_url": PREFECT_API_URL,
+        # the reference artifacts of tests/services
+        "artifact_url_allow": ["http://artifacts.invalid/"],
         **settings,
     }
     rt = InProcessRuntime(ConsoleSettings(**config), engine, recorder)

@@ -24,6 +24,7 @@ from agent.selfupdate.program import ProgramFiles, running_program, self_update_
 from agent.selfupdate.signatures import load_signing_key
 from agent.settings import AgentSettings
 from contracts.messages import Command
+from contracts.rollouts import HOSTED_ARTIFACTS_PATH
 from contracts.vocabulary.commands import CommandFailureKind
 
 if TYPE_CHECKING:
@@ -54,6 +55,14 @@ class SelfUpdateFeature:
         self.markers = MarkerStore(settings.data_dir)
         self._probation: Probation | None = None
         self._updater: SelfUpdater | None = None
+        # The Console this agent is enrolled with: its /api/v1/artifacts/ is a trusted source.
+        self.console_url: str | None = settings.backend_url
+
+    def sources(self) -> list[str]:
+        """URL prefixes a build may be downloaded from: the Console's own artifacts and the
+        operator's PROXIMA_ARTIFACT_URL_ALLOW."""
+        own = [f"{self.console_url.rstrip('/')}{HOSTED_ARTIFACTS_PATH}"] if self.console_url else []
+        return [*own, *self.settings.artifact_url_allow]
 
     @property
     def possible(self) -> bool:
@@ -106,6 +115,8 @@ class SelfUpdateFeature:
                 program=self.program,
                 health_timeout=s.update_health_timeout,
                 files=self.files,
+                max_bytes=s.max_artifact_bytes,
+                sources=self.sources,
             )
         return self._updater
 

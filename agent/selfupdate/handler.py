@@ -29,7 +29,7 @@ from agent.selfupdate.signatures import SigningPublicKey
 from agent.selfupdate.trial import run_trial
 from contracts.agent_types import AgentType
 from contracts.messages import Command, CommandStatus
-from contracts.rollouts import ArtifactRef
+from contracts.rollouts import ArtifactRef, artifact_url_allowed
 from contracts.vocabulary.commands import CommandFailureKind
 
 __all__ = ["MAX_ARTIFACT_BYTES", "SelfUpdater", "UpdateOutcome"]
@@ -65,6 +65,7 @@ class SelfUpdater:
         files: ProgramFiles | None = None,
         download: Callable[..., Any] | None = None,
         max_bytes: int = MAX_ARTIFACT_BYTES,
+        sources: Callable[[], list[str]] | None = None,
     ) -> None:
         self.agent_type = agent_type
         self.version = version
@@ -75,6 +76,8 @@ class SelfUpdater:
         self.files = files or ProgramFiles()
         self.markers = MarkerStore(data_dir)
         self.max_bytes = max_bytes
+        # URL prefixes downloads may come from (None: any, for tests of the steps alone)
+        self._sources = sources
         self._download = download or UrllibTransport().download
 
     async def run(self, command: Command) -> UpdateOutcome:
@@ -89,6 +92,12 @@ class SelfUpdater:
         if isinstance(artifact, str):
             return _rejected(artifact, CommandFailureKind.BAD_ARGUMENTS)
         detail = {"old_version": self.version, "target_version": artifact.version}
+        if self._sources is not None and not artifact_url_allowed(artifact.url, self._sources()):
+            return _rejected(
+                f"refusing to download {artifact.url[:200]}: not the Console's "
+                "/api/v1/artifacts/ nor under PROXIMA_ARTIFACT_URL_ALLOW",
+                CommandFailureKind.ARTIFACT_SOURCE_REFUSED,
+            )
         if artifact.version == self.version:
             log.info("self_update: already running %s; nothing to do", self.version)
             return UpdateOutcome(

@@ -10,14 +10,22 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
+from console.core.files import private_dir, private_file
+
 MIGRATIONS_DIR = Path(__file__).parent.parent / "migrations"
 
 
 def _ensure_sqlite_dir(url: str) -> None:
+    """The SQLite file and its directory private (0600/0700) before SQLite opens it: its WAL
+    and shared-memory files take the database file's mode."""
     if url.startswith("sqlite"):
-        path = url.split("///", 1)[-1]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        path = url.split("///", 1)[-1].split("?", 1)[0]
+        if path and path != ":memory:" and not path.startswith("file:"):
+            private_dir(Path(path).parent)
+            private_file(Path(path))
+            for side in ("-wal", "-shm"):
+                if Path(path + side).exists():
+                    private_file(Path(path + side))
 
 
 def make_engine(url: str) -> Engine:

@@ -4,12 +4,31 @@ Built once in ``main`` (or by the test that starts the app), never at import tim
 """
 
 from pathlib import Path
+from typing import Annotated, Any
 
 from limits import parse_many
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BeforeValidator, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from fleet_policy.identities import DEFAULT_QUIET_WINDOW_SECONDS, DEFAULT_STALE_AFTER_SECONDS
+
+
+def _comma_list(value: Any) -> Any:
+    """``a,b`` (or a JSON list) as a list of stripped, non-empty items."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            import json
+
+            value = json.loads(text)
+        else:
+            value = text.split(",")
+    if isinstance(value, list | tuple):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return value
+
+
+CommaList = Annotated[list[str], NoDecode, BeforeValidator(_comma_list)]
 
 
 class ConsoleSettings(BaseSettings):
@@ -22,7 +41,7 @@ class ConsoleSettings(BaseSettings):
     )
     database_url: str | None = Field(
         default=None,
-        description="SQLAlchemy URL; default sqlite:///<data_dir>/console.core.db. "
+        description="SQLAlchemy URL; default sqlite:///<data_dir>/console.db. "
         "PostgreSQL: postgresql+psycopg://user:pass@host/db",
     )
     host: str = Field(default="127.0.0.1", description="Address the HTTP API binds to.")
@@ -58,7 +77,28 @@ class ConsoleSettings(BaseSettings):
         description="Embedded NATS client port. Keep it stable: agents remember the URL they "
         "were given at enrollment.",
     )
-    nats_max_payload: int = Field(default=1024 * 1024, description="Embedded NATS max_payload.")
+    nats_max_payload: int = Field(
+        default=1024 * 1024,
+        description="Embedded NATS max_payload; also the largest message an agent's JWT allows.",
+    )
+    nats_agent_max_subscriptions: int = Field(
+        default=10,
+        ge=2,
+        description="Subscriptions one agent connection may hold (its JWT's subs limit; an "
+        "agent uses 2).",
+    )
+    nats_agent_max_connections: int = Field(
+        default=3,
+        ge=1,
+        description="Live NATS connections one agent key may hold; the Console closes any past "
+        "it (an agent uses 1, 2 during a self_update trial).",
+    )
+    nats_agent_jwt_ttl_seconds: float = Field(
+        default=24 * 3600.0,
+        ge=5.0,
+        description="Lifetime of an agent's NATS JWT. Agents ask for a fresh one (proving their "
+        "key) when two thirds of it have passed, and reconnect with it.",
+    )
 
     identity_quiet_seconds: float = Field(
         default=DEFAULT_QUIET_WINDOW_SECONDS,
@@ -127,6 +167,17 @@ class ConsoleSettings(BaseSettings):
     artifact_max_bytes: int = Field(
         default=256 * 1024 * 1024, description="Largest agent build accepted for hosting."
     )
+    signing_public_keys: CommaList = Field(
+        default_factory=list,
+        description="Build-signing public keys (base64url, comma-separated: the .pub files of "
+        "scripts/build_agent.py keygen) the Console trusts: an uploaded build must be signed "
+        "by one of them. Unset: the Console hosts no builds.",
+    )
+    artifact_url_allow: CommaList = Field(
+        default_factory=list,
+        description="URL prefixes (scheme://host[:port]/path/) a rollout's artifact may be "
+        "fetched from besides the Console's own /api/v1/artifacts/. Unset: only hosted builds.",
+    )
     rollout_sweep_seconds: float = Field(
         default=0.5, description="How often dispatched targets past the wave timeout are expired."
     )
@@ -174,7 +225,16 @@ class ConsoleSettings(BaseSettings):
         parse_many(value)  # ValueError on a malformed rate: the Console refuses to start
         return value
 
+    @field_validator("signing_public_keys")
+    @classmethod
+    def _check_keys(cls, value: list[str]) -> list[str]:
+        from console.core.builds import parse_signing_key
+
+        for key in value:
+            parse_signing_key(key)
+        return value
+
     def resolved_database_url(self) -> str:
         if self.database_url:
             return self.database_url
-        return f"sqlite:///{(self.data_dir / 'console.core.db').resolve()}"
+        return f"sqlite:///{(self.data_dir / 'console.db').resolve()}"

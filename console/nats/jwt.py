@@ -73,6 +73,20 @@ def _load_or_create(path: Path, prefix: int) -> Any:
     return nkeys.from_seed(bytearray(seed))
 
 
+@dataclass(frozen=True)
+class UserLimits:
+    """What nats-server enforces from a user JWT: ``subs`` (subscriptions held at once: more is
+    refused with "maximum subscriptions exceeded"), ``payload`` (bytes in one message: the
+    connection is closed past it), ``data`` (-1: the server applies no per-user byte budget to
+    core NATS), and ``exp`` (the server refuses an expired JWT and closes a connection when its
+    JWT expires). A JWT has no per-user connection count: see docs/security.md. -1: no limit."""
+
+    subs: int = -1
+    data: int = -1
+    payload: int = -1
+    ttl_seconds: float | None = None
+
+
 @dataclass
 class NatsAuthority:
     """The keys that sign the fleet's NATS identities. Seeds live in ``<data_dir>/nats-keys``
@@ -126,31 +140,43 @@ class NatsAuthority:
             issued_at=0,
         )
 
-    def user_jwt(self, *, public_key: str, name: str, pub: list[str], sub: list[str]) -> str:
-        return encode_jwt(
-            {
-                "sub": public_key,
-                "name": name,
-                "nats": {
-                    "pub": {"allow": pub},
-                    "sub": {"allow": sub},
-                    "subs": -1,
-                    "data": -1,
-                    "payload": -1,
-                    "type": "user",
-                    "version": 2,
-                },
+    def user_jwt(
+        self,
+        *,
+        public_key: str,
+        name: str,
+        pub: list[str],
+        sub: list[str],
+        limits: UserLimits | None = None,
+    ) -> str:
+        limits = limits or UserLimits()
+        claims: dict[str, Any] = {
+            "sub": public_key,
+            "name": name,
+            "nats": {
+                "pub": {"allow": pub},
+                "sub": {"allow": sub},
+                "subs": limits.subs,
+                "data": limits.data,
+                "payload": limits.payload,
+                "type": "user",
+                "version": 2,
             },
-            self.account,
-        )
+        }
+        issued_at = int(time.time())
+        if limits.ttl_seconds is not None:
+            claims["exp"] = issued_at + int(limits.ttl_seconds)
+        return encode_jwt(claims, self.account, issued_at=issued_at)
 
-    def agent_jwt(self, *, agent_id: str, public_key: str) -> str:
-        """The only subjects this identity may use, signed into its credential."""
+    def agent_jwt(self, *, agent_id: str, public_key: str, limits: UserLimits | None = None) -> str:
+        """The only subjects this identity may use, signed into its credential, with the
+        per-agent limits the server enforces and an expiry the agent renews before."""
         return self.user_jwt(
             public_key=public_key,
             name=f"agent-{agent_id}",
             pub=subjects.agent_publish_allow(agent_id),
             sub=subjects.agent_subscribe_allow(agent_id),
+            limits=limits,
         )
 
     def system_user_jwt(self, public_key: str) -> str:
@@ -161,7 +187,13 @@ class NatsAuthority:
                 "name": "proxima-console-system",
                 "nats": {
                     "pub": {"allow": ["$SYS.REQ.>", "_INBOX.>"]},
-                    "sub": {"allow": ["$SYS.SERVER.*.CLIENT.AUTH.ERR", "_INBOX.>"]},
+                    "sub": {
+                        "allow": [
+                            "$SYS.SERVER.*.CLIENT.AUTH.ERR",
+                            "$SYS.ACCOUNT.*.*",  # connect/disconnect: ConnectionGuard
+                            "_INBOX.>",
+                        ]
+                    },
                     "subs": -1,
                     "data": -1,
                     "payload": -1,

@@ -11,7 +11,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -66,8 +68,39 @@ class MonitoredReloader:
         await self._http.aclose()
 
 
+VARZ_REQUEST = "$SYS.REQ.SERVER.PING.VARZ"
+
+
+class SystemAccountReloader:
+    """Signal the embedded server to reload and confirm it over NATS: the Console's system-account
+    user asks ``$SYS.REQ.SERVER.PING.VARZ`` (the embedded server has no monitoring port)."""
+
+    def __init__(self, *, pid: int, varz: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        self._pid = pid
+        self._varz = varz
+
+    async def _load_time(self) -> str:
+        answer = await self._varz()
+        return str(answer.get("data", {}).get("config_load_time"))
+
+    async def reload(self) -> None:
+        before = await self._load_time()
+        os.kill(self._pid, signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if await self._load_time() != before:
+                return
+            await asyncio.sleep(0.005)
+        raise NatsServerError("nats-server did not confirm the configuration reload within 10 s")
+
+    async def aclose(self) -> None:
+        return None
+
+
 class EmbeddedNats:
-    """A nats-server child process bound to 127.0.0.1, its config including the auth file."""
+    """A nats-server child process bound to 127.0.0.1, its config including the auth file. Its
+    monitoring port is off: nothing unauthenticated listens (reloads are confirmed through the
+    system account, see :class:`SystemAccountReloader`)."""
 
     def __init__(self, *, workdir: Path, port: int, max_payload: int) -> None:
         self.workdir = workdir.resolve()  # the server runs with this as its cwd
@@ -77,7 +110,6 @@ class EmbeddedNats:
         self.config_file = self.workdir / "nats-server.conf"
         self.process: subprocess.Popen[bytes] | None = None
         self.client_url = ""
-        self.monitor_url = ""
 
     def start(self, timeout: float = 10.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -89,7 +121,6 @@ class EmbeddedNats:
             "\n".join(
                 [
                     f'listen: "127.0.0.1:{self.port}"',
-                    'http: "127.0.0.1:-1"',
                     f"max_payload: {self.max_payload}",
                     f"ports_file_dir: {json.dumps(str(ports_dir))}",
                     f"include {json.dumps(self.auth_file.name)}",
@@ -117,18 +148,17 @@ class EmbeddedNats:
                     ports = json.loads(ports_file.read_text())
                 except json.JSONDecodeError:
                     ports = None
-                if ports and ports.get("nats") and ports.get("monitoring"):
+                if ports and ports.get("nats"):
                     self.client_url = ports["nats"][0]
-                    self.monitor_url = ports["monitoring"][0]
                     log.info("nats server started at %s", self.client_url)
                     return
             time.sleep(0.01)
         self.stop()
         raise NatsServerError(f"nats-server did not start within {timeout} s; see {log_path}")
 
-    def reloader(self) -> MonitoredReloader:
+    def reloader(self, varz: Callable[[], Awaitable[dict[str, Any]]]) -> SystemAccountReloader:
         assert self.process is not None
-        return MonitoredReloader(pid=self.process.pid, monitor_url=self.monitor_url)
+        return SystemAccountReloader(pid=self.process.pid, varz=varz)
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

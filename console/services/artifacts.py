@@ -1,22 +1,39 @@
-"""Agent builds hosted by the Console: stored once by their SHA-256 (signed offline), listed,
-and served to agents."""
+"""Agent builds hosted by the Console: checked (the fleet's signature, the version stamped
+inside), stored once by their SHA-256 (0600), listed, and served to agents.
+
+One artifact per (environment, version, sha256): uploading the same build again answers the
+artifact already there. An upload that fails for any reason (too large, cut off, refused)
+leaves no file behind.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import os
+import tempfile
 from collections.abc import AsyncIterable
 from pathlib import Path
 
+from pydantic import TypeAdapter, ValidationError
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
 from console.auth import Principal
-from console.errors import BadRequestError, NotFoundError
+from console.core.builds import BuildFileError, parse_signing_key, stamped_version, verifies
+from console.errors import BadRequestError, ConflictError, NotFoundError
 from console.models import Artifact
 from console.schemas import Scope
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
-from contracts.rollouts import ArtifactRef
+from contracts.enrollment import Version
+from contracts.rollouts import HOSTED_ARTIFACTS_PATH, ArtifactRef, artifact_url_allowed
 from contracts.vocabulary import ErrorReason
+from fleet_policy import VersionError, parse_version
+
+log = logging.getLogger(__name__)
+
+_VERSION = TypeAdapter(Version)
 
 
 def _ref(artifact: Artifact) -> ArtifactRef:
@@ -28,6 +45,85 @@ def _ref(artifact: Artifact) -> ArtifactRef:
     )
 
 
+def check_version(version: str) -> str:
+    """The fleet's one version rule (contracts' length bounds, ``fleet_policy``'s syntax)."""
+    try:
+        _VERSION.validate_python(version)
+        parse_version(version)
+    except (ValidationError, VersionError):
+        shown = version if len(version) <= 80 else version[:77] + "..."
+        raise BadRequestError(
+            ErrorReason.INVALID_VERSION,
+            f"version {shown!r}: 1-64 characters, like 1.2.3, 1.2.3-rc.1 or 1.2.3+build",
+        ) from None
+    return version
+
+
+async def check_source(
+    rt: ServiceRuntime, principal: Principal, artifact: ArtifactRef, *, base_url: str | None
+) -> None:
+    """A rollout's artifact comes from this Console (a build hosted in this environment, or a
+    URL under ``<base_url>/api/v1/artifacts/``) or from an allowed prefix, nothing else."""
+    own = [f"{base_url.rstrip('/')}{HOSTED_ARTIFACTS_PATH}"] if base_url else []
+    if artifact_url_allowed(artifact.url, [*own, *rt.settings.artifact_url_allow]):
+        return
+
+    def hosted(uow: UnitOfWork) -> bool:
+        row = uow.session.exec(
+            select(Artifact.id).where(
+                Artifact.environment_id == principal.environment_id,
+                Artifact.url == artifact.url,
+                Artifact.hosted == True,  # noqa: E712 (SQL)
+            )
+        ).first()
+        return row is not None
+
+    if not await rt.units.run(hosted):
+        raise BadRequestError(
+            ErrorReason.ARTIFACT_URL_NOT_ALLOWED,
+            "the artifact URL must be this Console's /api/v1/artifacts/… (upload the build) "
+            "or under a prefix of PROXIMA_ARTIFACT_URL_ALLOW",
+        )
+
+
+async def _receive(store: Path, body: AsyncIterable[bytes]) -> tuple[Path, str, int]:
+    """Stream ``body`` into a private temp file in ``store``: (path, sha256, size). The file is
+    removed if anything stops the stream (the body limit, a client that went away)."""
+    fd, name = tempfile.mkstemp(prefix=".upload-", dir=store)
+    tmp = Path(name)
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            async for chunk in body:
+                digest.update(chunk)
+                size += len(chunk)
+                fh.write(chunk)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # noqa: ASYNC240 (local disk)
+        raise
+    return tmp, digest.hexdigest(), size
+
+
+def _check_build(tmp: Path, *, version: str, sha: str, signature: str, keys: list[bytes]) -> None:
+    if not verifies(keys, bytes.fromhex(sha), signature):
+        raise BadRequestError(
+            ErrorReason.BAD_SIGNATURE,
+            "the signature does not verify with any signing key the Console trusts "
+            "(PROXIMA_SIGNING_PUBLIC_KEYS)",
+        )
+    try:
+        stamped = stamped_version(tmp)
+    except BuildFileError as e:
+        raise BadRequestError(ErrorReason.NOT_AN_AGENT_BUILD, f"not an agent build: {e}") from None
+    if stamped != version:
+        shown = stamped if len(stamped) <= 80 else stamped[:77] + "..."
+        raise BadRequestError(
+            ErrorReason.BUILD_VERSION_MISMATCH,
+            f"the build says it is version {shown!r}, not {version!r}",
+        )
+
+
 async def upload(
     rt: ServiceRuntime,
     principal: Principal,
@@ -36,27 +132,40 @@ async def upload(
     signature: str,
     body: AsyncIterable[bytes],
     base_url: str,
-    upload_name: str,
-) -> ArtifactRef:
-    """Store the body under its SHA-256 and record it; its download URL is under ``base_url``."""
+) -> tuple[ArtifactRef, bool]:
+    """Check and store the body, record it under ``base_url``: (its reference, whether it is
+    new). Refused: a bad version, no trusted key, a bad signature, a version mismatch."""
     principal.require(Scope.ROLLOUTS_WRITE)
+    check_version(version)
+    keys = [parse_signing_key(k) for k in rt.settings.signing_public_keys]
+    if not keys:
+        raise ConflictError(
+            ErrorReason.SIGNING_KEYS_NOT_CONFIGURED,
+            "the Console trusts no build-signing key: set PROXIMA_SIGNING_PUBLIC_KEYS",
+        )
     store = rt.settings.data_dir / "artifacts"
-    store.mkdir(parents=True, exist_ok=True)
-    tmp = store / f".upload-{os.getpid()}-{upload_name}"
-    digest = hashlib.sha256()
-    size = 0
-    with open(tmp, "wb") as fh:  # noqa: ASYNC230 (local disk, small chunks)
-        async for chunk in body:
-            digest.update(chunk)
-            size += len(chunk)
-            fh.write(chunk)
-    if size == 0:
-        tmp.unlink()
-        raise BadRequestError(ErrorReason.EMPTY_ARTIFACT, "the upload body is empty")
-    sha = digest.hexdigest()
-    os.replace(tmp, store / sha)
+    store.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp, sha, size = await _receive(store, body)
+    try:
+        if size == 0:
+            raise BadRequestError(ErrorReason.EMPTY_ARTIFACT, "the upload body is empty")
+        await asyncio.to_thread(
+            _check_build, tmp, version=version, sha=sha, signature=signature, keys=keys
+        )
+        os.replace(tmp, store / sha)
+    finally:
+        tmp.unlink(missing_ok=True)
 
-    def work(uow: UnitOfWork) -> ArtifactRef:
+    def work(uow: UnitOfWork) -> tuple[ArtifactRef, bool]:
+        existing = uow.session.exec(
+            select(Artifact).where(
+                Artifact.environment_id == principal.environment_id,
+                Artifact.version == version,
+                Artifact.sha256 == sha,
+            )
+        ).first()
+        if existing is not None:
+            return _ref(existing), False
         artifact = Artifact(
             client_id=principal.client_id,
             environment_id=principal.environment_id,
@@ -67,14 +176,19 @@ async def upload(
             size_bytes=size,
             hosted=True,
         )
-        artifact.url = f"{base_url}/api/v1/artifacts/{artifact.id}/download"
+        artifact.url = f"{base_url}{HOSTED_ARTIFACTS_PATH}{artifact.id}/download"
         uow.session.add(artifact)
-        return _ref(artifact)
+        return _ref(artifact), True
 
-    return await rt.units.run(work, write=True)
+    try:
+        return await rt.units.run(work, write=True)
+    except IntegrityError:  # the same build, uploaded twice at once: the other one won
+        return await rt.units.run(work, write=True)
 
 
 async def list_artifacts(rt: ServiceRuntime, principal: Principal) -> list[ArtifactRef]:
+    """The environment's builds, newest first. A row no longer valid (stored before the rules
+    of step 8) is left out and logged, never a 500; migration 0008 removes such rows."""
     principal.require(Scope.ROLLOUTS_READ)
 
     def work(uow: UnitOfWork) -> list[ArtifactRef]:
@@ -83,16 +197,26 @@ async def list_artifacts(rt: ServiceRuntime, principal: Principal) -> list[Artif
             .where(Artifact.environment_id == principal.environment_id)
             .order_by(col(Artifact.created_at).desc())
         ).all()
-        return [_ref(a) for a in rows]
+        refs = []
+        for row in rows:
+            try:
+                refs.append(_ref(row))
+            except ValidationError:
+                log.warning("artifact %s is invalid (version %.80r): left out", row.id, row.version)
+        return refs
 
     return await rt.units.run(work)
 
 
 async def hosted_file(rt: ServiceRuntime, artifact_id: str) -> tuple[Path, str]:
     """The stored file of a hosted build and its version (no token: agents verify builds)."""
-    artifact = await rt.units.run(lambda uow: uow.session.get(Artifact, artifact_id))
+    artifact = (
+        await rt.units.run(lambda uow: uow.session.get(Artifact, artifact_id))
+        if len(artifact_id) <= 32
+        else None
+    )
     if artifact is None or not artifact.hosted:
-        raise NotFoundError(ErrorReason.ARTIFACT_NOT_FOUND, f"artifact {artifact_id} not found")
+        raise NotFoundError(ErrorReason.ARTIFACT_NOT_FOUND, f"artifact {artifact_id:.40} not found")
     path = rt.settings.data_dir / "artifacts" / artifact.sha256
     if not path.exists():
         raise NotFoundError(ErrorReason.ARTIFACT_MISSING, f"artifact {artifact_id}'s file is gone")

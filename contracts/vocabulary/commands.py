@@ -42,6 +42,9 @@ class CommandFailureKind(StrEnum):
     backup/install rename refused with EROFS, EACCES or EPERM)."""
     UPDATE_IN_PROGRESS = "update_in_progress"
     """Another self_update is already running."""
+    ARTIFACT_SOURCE_REFUSED = "artifact_source_refused"
+    """The artifact's URL is neither the Console's own /api/v1/artifacts/ nor on the agent's
+    PROXIMA_ARTIFACT_URL_ALLOW: nothing is downloaded."""
     # failed while trying
     DOWNLOAD_FAILED = "download_failed"
     DOWNLOAD_TOO_LARGE = "download_too_large"

@@ -95,8 +95,10 @@ def install(
     program_dir: Path | None = None,
     wrapper: list[str] | None = None,
     restart_on_failure: bool = False,
+    allow: str | None = None,
 ) -> Host:
-    """Install ``build`` as a host's program (enrolled already) and start it."""
+    """Install ``build`` as a host's program (enrolled already) and start it; it downloads
+    builds from ``allow`` (the test's artifact server: not its Console's own URL)."""
     program_dir = program_dir or tmp_path / "bin"
     program_dir.mkdir(parents=True, exist_ok=True)
     program = program_dir / "proxima-agent"
@@ -115,6 +117,8 @@ def install(
     env.pop("PYTHONPATH", None)  # a build brings its own packages
     if public_key is not None:
         env["PROXIMA_SIGNING_PUBLIC_KEY"] = public_key
+    if allow is not None:
+        env["PROXIMA_ARTIFACT_URL_ALLOW"] = allow
     agent = AgentProcess(
         data_dir,
         env=env,
@@ -171,7 +175,9 @@ async def test_updates_to_the_new_build_reexecs_and_reports_once(
     artifacts: ArtifactServer,
     hosts: list[Host],
 ) -> None:
-    host = install(tmp_path, nats_server, builds.old, public_key=builds.public_key)
+    host = install(
+        tmp_path, nats_server, builds.old, public_key=builds.public_key, allow=artifacts.url
+    )
     hosts.append(host)
     pid = host.agent.process.pid
     async with console_for(nats_server, host) as console:
@@ -222,7 +228,9 @@ async def test_bad_checksum_and_bad_signature_are_refused(
     artifacts: ArtifactServer,
     hosts: list[Host],
 ) -> None:
-    host = install(tmp_path, nats_server, builds.old, public_key=builds.public_key)
+    host = install(
+        tmp_path, nats_server, builds.old, public_key=builds.public_key, allow=artifacts.url
+    )
     hosts.append(host)
     # The same build signed with a key the agent was not installed with.
     rogue_key, _ = make_signing_key(tmp_path / "rogue")
@@ -274,7 +282,7 @@ async def test_without_a_signing_key_self_update_is_rejected(
     artifacts: ArtifactServer,
     hosts: list[Host],
 ) -> None:
-    host = install(tmp_path, nats_server, builds.old, public_key=None)
+    host = install(tmp_path, nats_server, builds.old, public_key=None, allow=artifacts.url)
     hosts.append(host)
     async with console_for(nats_server, host) as console:
         await ready(host, console, "0.8.0")
@@ -327,6 +335,7 @@ async def test_a_read_only_program_path_reports_the_real_rename_error(
         nats_server,
         builds.old,
         public_key=builds.public_key,
+        allow=artifacts.url,
         program_dir=program_dir,
         wrapper=wrapper,
     )
@@ -359,7 +368,9 @@ async def test_a_build_that_hangs_at_start_is_killed_and_the_old_one_kept(
     hosts: list[Host],
 ) -> None:
     """It prints its version, so only the supervised trial can catch it."""
-    host = install(tmp_path, nats_server, builds.old, public_key=builds.public_key)
+    host = install(
+        tmp_path, nats_server, builds.old, public_key=builds.public_key, allow=artifacts.url
+    )
     hosts.append(host)
     pid = host.agent.process.pid
     async with console_for(nats_server, host) as console:
@@ -384,7 +395,9 @@ async def test_a_build_that_never_connects_after_the_handover_brings_the_old_one
     artifacts: ArtifactServer,
     hosts: list[Host],
 ) -> None:
-    host = install(tmp_path, nats_server, builds.old, public_key=builds.public_key)
+    host = install(
+        tmp_path, nats_server, builds.old, public_key=builds.public_key, allow=artifacts.url
+    )
     hosts.append(host)
     async with console_for(nats_server, host) as console:
         await ready(host, console, "0.8.0")
@@ -414,6 +427,7 @@ async def test_a_build_that_crashes_after_the_handover_is_undone_on_restart(
         nats_server,
         builds.old,
         public_key=builds.public_key,
+        allow=artifacts.url,
         restart_on_failure=True,
     )
     hosts.append(host)

@@ -237,6 +237,6 @@ def test_install_tokens_are_shown_once_and_stored_hashed(console):
     assert listed, "the token just made is not listed"
     assert all("token" not in t for t in listed)
     assert listed[0]["prefix"] == raw[:10]
-    db = console.data_dir / "console.core.db"
+    db = console.data_dir / "console.db"
     if db.exists():
         assert raw.encode() not in db.read_bytes()

@@ -20,6 +20,7 @@ from contracts.vocabulary.rollouts import TargetStatus
 from fleet_policy import AgentId
 from fleet_policy.waves import PercentGrowth, WavePolicy, plan_waves
 from testkit.agents import AgentProcess
+from testkit.builds import suite_signing_key
 from testkit.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,17 +58,12 @@ def _namespaces_work(tmp: Path) -> bool:
 
 @pytest.fixture
 def builds(tmp_path):
-    keys = tmp_path / "keys"
-    subprocess.run(
-        [sys.executable, str(ROOT / "scripts/build_agent.py"), "keygen", "--out", str(keys)],
-        check=True,
-        capture_output=True,
-    )
-    key = keys / "proxima-signing.key"
+    # The suite's key: the test Console trusts it (PROXIMA_SIGNING_PUBLIC_KEYS).
+    key, public_key = suite_signing_key(tmp_path / "keys")
     return {
         "old": _build(tmp_path / "dist", "0.8.0", key),
         "new": _build(tmp_path / "dist", "0.9.0", key),
-        "public_key": (keys / "proxima-signing.pub").read_text().strip(),
+        "public_key": public_key,
     }
 
 

@@ -9,6 +9,7 @@ import threading
 
 from playwright.sync_api import expect
 
+from testkit.builds import build_agent, suite_signing_key
 from testkit.swarm import Swarm
 from testkit.waiting import wait_for
 
@@ -32,12 +33,15 @@ def _first_fails():
     return behaviour
 
 
-def test_a_stalled_rollout_is_resumed_from_its_page(web_console, ui):
+def test_a_stalled_rollout_is_resumed_from_its_page(web_console, ui, tmp_path):
+    # A real build signed with the suite's key: the Console hosts nothing else.
+    key, _ = suite_signing_key(tmp_path / "keys")
+    build = build_agent("0.9.0", tmp_path / "dist", key=key)
     with web_console.client() as api:
         hosted = api.put(
             "/api/v1/artifacts/0.9.0",
-            params={"signature": "s" * 86},
-            content=b"#!/usr/bin/env python3\nprint('proxima-agent 0.9.0')\n",
+            params={"signature": build.signature},
+            content=build.path.read_bytes(),
             headers={"content-type": "application/octet-stream"},
         )
         assert hosted.status_code == 201, hosted.text

@@ -1,14 +1,17 @@
 """Agent builds hosted by the Console: upload once (signed offline), download by agents.
 
-Downloads need no token: a build is only ever installed after its SHA-256 and its ed25519
-signature check out against the signing key the agent was installed with.
+An upload is checked before it is kept: signed by a key of PROXIMA_SIGNING_PUBLIC_KEYS, the
+version stamped inside equal to the one on the path. The same build uploaded again answers 200
+with the artifact already there. Downloads need no token: a build is only ever installed after
+its SHA-256 and its ed25519 signature check out against the signing key the agent was installed
+with.
 """
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, status
+from fastapi import APIRouter, Path, Query, Request, Response, status
 from fastapi.responses import FileResponse
 
 from console.api.deps import PrincipalDep, RuntimeDep
@@ -17,15 +20,19 @@ from console.services import artifacts
 from contracts.rollouts import ArtifactRef
 
 router = APIRouter(prefix="/api/v1/artifacts", tags=["artifacts"])
-_ERRORS = errors(400, 401, 403, 404, 413)
+_ERRORS = errors(400, 401, 403, 404, 409, 413)
 
 
 @router.put(
-    "/{version}", status_code=status.HTTP_201_CREATED, response_model=ArtifactRef, responses=_ERRORS
+    "/{version}",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ArtifactRef,
+    responses={200: {"model": ArtifactRef, "description": "uploaded before"}, **_ERRORS},
 )
 async def upload(
-    version: str,
+    version: Annotated[str, Path(description="the version stamped in the build")],
     request: Request,
+    response: Response,
     principal: PrincipalDep,
     runtime: RuntimeDep,
     signature: Annotated[
@@ -35,16 +42,19 @@ async def upload(
         ),
     ],
 ) -> ArtifactRef:
-    """Host a build: the body is the program file (application/octet-stream)."""
-    return await artifacts.upload(
+    """Host a build: the body is the program file (application/octet-stream). 201 when new,
+    200 with the existing artifact when this build was uploaded before."""
+    ref, created = await artifacts.upload(
         runtime,
         principal,
         version=version,
         signature=signature,
         body=request.stream(),
         base_url=runtime.backend_url(str(request.base_url)),
-        upload_name=str(id(request)),
     )
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return ref
 
 
 @router.get("", response_model=list[ArtifactRef], responses=_ERRORS)

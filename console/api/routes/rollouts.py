@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Query, Request, status
 
 from console.api.deps import PrincipalDep, RuntimeDep
 from console.api.responses import errors
@@ -21,10 +21,13 @@ _ERRORS = errors(400, 401, 403, 404, 409)
     "", status_code=status.HTTP_201_CREATED, response_model=RolloutPublic, responses=_ERRORS
 )
 async def create(
-    body: RolloutCreate, principal: PrincipalDep, runtime: RuntimeDep
+    body: RolloutCreate, request: Request, principal: PrincipalDep, runtime: RuntimeDep
 ) -> RolloutPublic:
-    """Decide eligibility and waves now, record them, and start the fleet-rollout deployment."""
-    return await planning.create(runtime, principal, body)
+    """Decide eligibility and waves now, record them, and start the fleet-rollout deployment.
+    The artifact's URL must be this Console's own (an uploaded build) or on
+    PROXIMA_ARTIFACT_URL_ALLOW."""
+    base_url = runtime.backend_url(str(request.base_url))
+    return await planning.create(runtime, principal, body, base_url=base_url)
 
 
 @router.get("", response_model=list[RolloutPublic], responses=_ERRORS)

@@ -18,7 +18,7 @@ from alembic import op
 
 
 revision: str = '0009_unique_keys'
-down_revision: str | None = '0006'
+down_revision: str | None = '0008_artifact_identity'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -17,6 +17,7 @@ from console.models import PLANNED_WAVES, Agent, PlannedWave, Rollout, RolloutTa
 from console.prefect_api import PrefectApi, PrefectApiError
 from console.schemas import Scope
 from console.services.agent_records import is_online
+from console.services.artifacts import check_source, check_version
 from console.services.rollouts.reads import present
 from console.services.rollouts.records import (
     load,
@@ -179,11 +180,16 @@ def create_rollout(
     return rollout
 
 
-async def create(rt: ServiceRuntime, principal: Principal, body: RolloutCreate) -> RolloutPublic:
+async def create(
+    rt: ServiceRuntime, principal: Principal, body: RolloutCreate, *, base_url: str | None = None
+) -> RolloutPublic:
     """Decide eligibility and waves now, record them, and (after commit) start the fleet-rollout
-    deployment; when it cannot start, the pending rollout says why it waits."""
+    deployment; when it cannot start, the pending rollout says why it waits. The artifact must
+    come from this Console (``base_url``: the URL agents use) or PROXIMA_ARTIFACT_URL_ALLOW."""
     principal.require(Scope.ROLLOUTS_WRITE)
     settings = rt.settings
+    check_version(body.artifact.version)
+    await check_source(rt, principal, body.artifact, base_url=base_url)
 
     def work(uow: UnitOfWork) -> str:
         rollout = create_rollout(

@@ -239,7 +239,12 @@ async def create_rollout(
     if errors:
         return await _form_page(request, viewer, runtime, values=values, errors=errors)
     try:
-        rollout = await planning.create(runtime, viewer.principal, create)
+        rollout = await planning.create(
+            runtime,
+            viewer.principal,
+            create,
+            base_url=runtime.backend_url(str(request.base_url)),
+        )
     except (ForbiddenError, UnauthorizedError):
         raise
     except ConsoleError as exc:
