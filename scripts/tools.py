@@ -267,7 +267,12 @@ def find_go() -> Path:
 
 
 def _go_env(go: Path) -> dict[str, str]:
-    env = {**os.environ, "GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
+    env = {
+        **os.environ,
+        "GOTOOLCHAIN": "local",
+        "CGO_ENABLED": "0",
+        "GOFLAGS": "-mod=mod -buildvcs=false",
+    }
     env["PATH"] = f"{go.parent}{os.pathsep}{env.get('PATH', '')}"
     return env
 
