@@ -71,6 +71,7 @@ class Component:
                 stdin=subprocess.DEVNULL,
                 env=dict(env),
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
 
     def running(self) -> bool:
@@ -389,6 +390,17 @@ _BINARIES = (
 )
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the process that started it dies, so a killed
+    test run leaves no control plane behind (Linux ``PR_SET_PDEATHSIG``)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def _clean_env() -> dict[str, str]:
     keep = ("PATH", "HOME", "TMPDIR", "LANG")
     return {k: v for k, v in os.environ.items() if k in keep}
@@ -471,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, SystemExit):
         pass
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut the stop
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         cluster.stop()
     return 0
 

@@ -131,6 +131,14 @@ class ClusterCli:
         events = self.items("events", "-n", namespace)
         return [e for e in events if reason is None or e.get("reason") == reason]
 
+    def service_account_env(self, namespace: str, account: str, path: Path) -> dict[str, str]:
+        """``KUBECONFIG`` for a kubeconfig (written at ``path``) holding a token the real issuer
+        minted for ``account`` (TokenRequest, through ``kubectl create token``)."""
+        token = self.kubectl(
+            "create", "token", account, "-n", namespace, "--duration=1h"
+        ).stdout.strip()
+        return {"KUBECONFIG": str(self.cluster.write_kubeconfig(path, token=token))}
+
     def can_i_list(self, user: str, namespace: str) -> list[CanI]:
         """``kubectl auth can-i --list --as=<user> -n <namespace>``, parsed."""
         out = self.kubectl("auth", "can-i", "--list", f"--as={user}", "-n", namespace).stdout

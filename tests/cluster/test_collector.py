@@ -59,15 +59,9 @@ ROLLOUTS_CRD: dict[str, Any] = {
 }
 
 
-def service_account_env(
-    cli: ClusterCli, cluster: KubeCluster, namespace: str, tmp_path: Path
-) -> dict[str, str]:
-    """A kubeconfig holding a token the real issuer minted for the chart's ServiceAccount."""
-    token = cli.kubectl(
-        "create", "token", SERVICE_ACCOUNT, "-n", namespace, "--duration=1h"
-    ).stdout.strip()
-    path = cluster.write_kubeconfig(tmp_path / "collector.kubeconfig", token=token)
-    return {"KUBECONFIG": str(path)}
+def service_account_env(cli: ClusterCli, namespace: str, tmp_path: Path) -> dict[str, str]:
+    """What the collector process needs: a kubeconfig with the chart ServiceAccount's token."""
+    return cli.service_account_env(namespace, SERVICE_ACCOUNT, tmp_path / "collector.kubeconfig")
 
 
 def app_workloads(cli: ClusterCli) -> None:
@@ -120,7 +114,7 @@ def test_the_collector_with_the_charts_token_inventories_every_kind(
     tmp_path: Path,
 ) -> None:
     app_workloads(cluster_cli)
-    env = service_account_env(cluster_cli, kube_cluster, installed, tmp_path)
+    env = service_account_env(cluster_cli, installed, tmp_path)
     slug, token = register_cluster(k8s_console, "Real Cluster")
     agent = cluster_agent(
         tmp_path, k8s_console, env, token=token, cluster_name="Real Cluster",
@@ -178,7 +172,7 @@ def test_three_collectors_elect_one_leader_on_the_real_lease_api(
     installed: str,
     tmp_path: Path,
 ) -> None:
-    env = service_account_env(cluster_cli, kube_cluster, installed, tmp_path)
+    env = service_account_env(cluster_cli, installed, tmp_path)
     slug, token = register_cluster(k8s_console, "Real HA")
     started = time.monotonic()
     agents: list[AgentProcess] = [

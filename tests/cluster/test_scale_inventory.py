@@ -14,12 +14,12 @@ from pathlib import Path
 import kubernetes.client as k8s
 import pytest
 
+from testkit.chart import RELEASE
 from testkit.cluster import KubeCluster
 from testkit.cluster_cli import ClusterCli
 from testkit.console import ConsoleProcess
 from testkit.k8s import cluster_agent, cluster_view, register_cluster, stop_all
 from testkit.waiting import wait_for
-from tests.cluster.test_collector import collector_env, service_account_env
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -77,13 +77,18 @@ def test_5000_real_pods_are_inventoried_through_the_real_server(
     try:
         seconds = create_pods(kube_cluster, PODS)
         print(f"\ncreated {PODS} pods through kube-apiserver in {seconds:.1f} s")
-        env = service_account_env(cluster_cli, kube_cluster, installed, tmp_path)
+        env = cluster_cli.service_account_env(
+            installed, f"{RELEASE}-cluster-agent", tmp_path / "collector.kubeconfig"
+        )
         slug, token = register_cluster(k8s_console, "Real Scale")
         agent = cluster_agent(
             tmp_path, k8s_console, env, token=token, cluster_name="Real Scale",
-            env=collector_env(
-                installed, slug, PROXIMA_POD_LIMIT=str(PODS + 100), PROXIMA_SYNC_INTERVAL="3s"
-            ),
+            env={
+                "PROXIMA_POD_NAMESPACE": installed,
+                "PROXIMA_CLUSTER_SLUG": slug,
+                "PROXIMA_POD_LIMIT": str(PODS + 100),
+                "PROXIMA_SYNC_INTERVAL": "3s",
+            },
         ).start()  # fmt: skip
         try:
             wait_for(lambda: len(RELIST.findall(agent.log())) >= 3, timeout=300, what="3 syncs")
