@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from testkit.chart import RELEASE
+from testkit.chart import CHART, RELEASE
 from testkit.cluster import KubeCluster
 from testkit.cluster_cli import ClusterCli
 
@@ -113,3 +113,23 @@ def test_install_upgrade_uninstall_with_the_pages_values(
         f"app.kubernetes.io/instance={RELEASE}", "-o", "name",
     ).stdout  # fmt: skip
     assert left == ""
+
+
+def test_install_wait_fails_and_says_why_when_no_storage_class_can_bind_the_claim(
+    cluster_cli: ClusterCli, ci_values: dict[str, Path], namespace: str
+) -> None:
+    """The Quick Start claims a volume from the default StorageClass (the test cluster has one);
+    naming a class that does not exist is a cluster without one: the page's troubleshooting row."""
+    done = cluster_cli.helm(
+        "install", RELEASE, str(CHART), "-n", namespace, "--create-namespace",
+        "-f", str(ci_values["quick-start"]),
+        "--set", "clusterAgent.persistence.storageClassName=missing",
+        "--wait", "--timeout", "20s", check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert f"StatefulSet/{namespace}/{STATEFULSET} not ready" in done.stderr
+    events = cluster_cli.events(namespace, "FailedScheduling")
+    assert any("unbound immediate PersistentVolumeClaims" in e["message"] for e in events)
+    # The node agent is not held up by it.
+    pods = cluster_cli.pods_of(namespace, "DaemonSet", DAEMONSET)
+    assert pods and {p["status"]["phase"] for p in pods} == {"Running"}
