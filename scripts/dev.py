@@ -81,9 +81,20 @@ def ensure_chromium() -> None:
         apt_install("chromium")
 
 
+def ensure_control_plane() -> None:
+    """Build (once, cached by version) the Kubernetes control plane the tests/cluster lane runs:
+    from source through the Go module proxy, so a cold build takes a while; progress shows.
+    A failure is reported here and again, with the reason, by the lane (fails under CI=true)."""
+    say("Kubernetes control plane for tests/cluster (scripts/tools.py control-plane)")
+    code = run(PY, ROOT / "scripts" / "tools.py", "control-plane", check=False)
+    if code != 0:
+        say("the control plane is not available: tests/cluster will say why")
+
+
 def test(pytest_args: list[str]) -> int:
     setup()
     ensure_chromium()
+    ensure_control_plane()
     # The package index is reachable (setup just used it): run the self-contained build test too.
     env = {
         **os.environ,

@@ -4,7 +4,7 @@ other directory uses (the browser of ``tests/web``, for instance).
 
 Groups: the databases and Consoles; the Prefect harness; the agent's nats-server, fake Console,
 builds and processes; the Kubernetes API double; helm and kubectl; the Kubernetes agents' Console
-and NATS observer.
+and NATS observer; a real control plane (``tests/cluster``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import pytest
 from testkit.agents import AgentProcess
 from testkit.builds import ArtifactServer, Builds, make_builds
 from testkit.chart import CI_VALUES, Helm, load_tools
+from testkit.cluster import ClusterStartError, KubeCluster
+from testkit.cluster_cli import ClusterCli
 from testkit.console import QUIET_ENV, ConsoleFactory, ConsoleProcess
 from testkit.fake_console import FakeConsole
 from testkit.k8s import MAX_PAYLOAD, NatsObserver
@@ -308,3 +310,39 @@ def observer(k8s_console: ConsoleProcess) -> Iterator[NatsObserver]:
         yield nats_observer
     finally:
         nats_observer.stop()
+
+
+# -- a real control plane (tests/cluster) -------------------------------------------------------
+
+CLUSTER_NODES = 3
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(tools: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """etcd, kube-apiserver, controller-manager, scheduler and kwok with three simulated nodes,
+    on 127.0.0.1; built by ``scripts/tools.py control-plane`` (cached). Skips with the reason
+    where it cannot start; under ``CI=true`` fails instead."""
+    workdir = tmp_path_factory.mktemp("kube-cluster")
+    try:
+        binaries = {name: tool.path for name, tool in tools.ensure_control_plane().items()}
+        cluster = KubeCluster(workdir, binaries, nodes=CLUSTER_NODES).start()
+    except (tools.ToolError, ClusterStartError, OSError) as exc:
+        reason = f"the Kubernetes control plane could not start: {exc}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster_cli(
+    kube_cluster: KubeCluster,
+    helm_binary: Path,
+    kubectl_binary: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> ClusterCli:
+    """helm and kubectl with the cluster's admin kubeconfig and an empty helm home."""
+    return ClusterCli(kube_cluster, helm_binary, kubectl_binary, tmp_path_factory.mktemp("cli"))

@@ -38,7 +38,7 @@ _MAX_PODS = 250  # per-pod usage kept in a metrics message (kubelet maxPods is 1
 # The seed's Common Issues row "Kubelet metrics not flowing".
 RBAC_FIX = (
     "Set hostMetrics: true, check ClusterRole: the node agent's ClusterRole must grant get on "
-    "nodes/stats, nodes/metrics and nodes/proxy to its ServiceAccount"
+    "nodes/stats to its ServiceAccount"
 )
 
 

@@ -316,6 +316,8 @@ def test_a_namespace_created_by_the_chart_admits_what_the_chart_deploys(helm: He
     [ns] = both.all("Namespace")
     assert ns["metadata"]["name"] == NAMESPACE
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    # helm uninstall keeps it (tests/cluster/test_pod_security.py shows why on a real server).
+    assert ns["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
     cluster_only = helm.template([ci_values["cluster-only"]], {"namespace.create": True})
     [ns] = cluster_only.all("Namespace")
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"

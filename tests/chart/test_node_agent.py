@@ -316,12 +316,9 @@ def test_image_pull_secrets_reach_both_agents_as_objects_or_strings(helm: Helm, 
         assert pod_spec(workload)["imagePullSecrets"] == [{"name": "regcred"}, {"name": "other"}]
 
 
-def test_the_node_agent_may_read_kubelet_stats_and_metrics_and_nothing_else(quick):
+def test_the_node_agent_may_read_kubelet_stats_and_nothing_else(quick):
     role = quick.get("ClusterRole", "proxima-agent-node-agent")
-    assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes/stats", "nodes/metrics", "nodes/proxy"],
-         "verbs": ["get"]},
-    ]  # fmt: skip
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes/stats"], "verbs": ["get"]}]
     binding = quick.get("ClusterRoleBinding", "proxima-agent-node-agent")
     assert binding["roleRef"]["name"] == "proxima-agent-node-agent"
     sa = pod_spec(quick.daemonset)["serviceAccountName"]
