@@ -14,9 +14,8 @@ States (:class:`SessionState`)::
                        any more: re-bound elsewhere, revoked, released) — no more attempts
     any → closed (stop)
 
-A refused key is never retried blindly: the session first asks the Console for a fresh JWT for
-its current key (``fetch_jwt``); a JWT the server takes again is kept; a Console refusal ends
-the session in ``retired`` with the Console's words, logged once.
+A refused key is never retried blindly: the session asks the Console for a fresh JWT first
+(``fetch_jwt``); a Console refusal ends it in ``retired``, with the Console's words, logged once.
 """
 
 from __future__ import annotations
