@@ -21,7 +21,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fleet_policy.states import EventKind, RolloutState
+    from contracts.vocabulary.rollouts import RolloutState
+    from fleet_policy.events import EventKind
 
 
 class RolloutPolicyError(Exception):

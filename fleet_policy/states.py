@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from types import MappingProxyType
 
 from contracts.vocabulary.rollouts import RolloutState
 from fleet_policy.errors import IllegalTransitionError
+from fleet_policy.events import EventKind
 
 __all__ = [
     "EVENT_TARGETS",
@@ -43,16 +43,6 @@ __all__ = [
     "Transition",
     "next_state",
 ]
-
-
-class EventKind(StrEnum):
-    START = "start"
-    STALL = "stall"
-    PAUSE = "pause"
-    RESUME = "resume"
-    ABORT = "abort"
-    COMPLETE = "complete"
-    FAIL = "fail"
 
 
 TERMINAL_STATES: frozenset[RolloutState] = frozenset(

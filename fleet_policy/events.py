@@ -1,0 +1,17 @@
+"""The kinds of event that move a rollout between states (``fleet_policy.states`` holds the
+transitions). Apart from the state machine so that ``fleet_policy.errors`` can name them without
+importing it: the errors sit below every other module of the package."""
+
+from enum import StrEnum
+
+__all__ = ["EventKind"]
+
+
+class EventKind(StrEnum):
+    START = "start"
+    STALL = "stall"
+    PAUSE = "pause"
+    RESUME = "resume"
+    ABORT = "abort"
+    COMPLETE = "complete"
+    FAIL = "fail"
