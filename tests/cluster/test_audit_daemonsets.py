@@ -15,6 +15,7 @@ from flows.kube import KubeTarget, agent_daemonsets, api_client
 from testkit.chart import RELEASE
 from testkit.cluster import KubeCluster
 from testkit.cluster_cli import ClusterCli
+from testkit.views import agent_view
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -64,7 +65,7 @@ def test_the_audit_reads_each_daemonsets_data_directory_and_flags_the_shared_one
         )
     ]
 
-    host_agent = {"name": "kwok-node-1", "agent_type": "host"}
+    host_agent = agent_view("host-1", "kwok-node-1", agent_type="host")
 
     findings = list(daemonset_rules(AuditFacts(agents=[host_agent], daemonsets=default + moved)))
     assert [(f.name, f.subject_id, f.detail) for f in findings] == [
