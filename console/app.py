@@ -32,6 +32,7 @@ from console.errors import ConsoleError, TooManyRequestsError
 from console.runtime import ConsoleRuntime
 from console.web import mount as mount_web
 from contracts import VERSION
+from contracts.rollouts import HOSTED_ARTIFACTS_PATH
 from contracts.vocabulary import ErrorReason
 
 
@@ -96,6 +97,12 @@ def _json_declared(scope: Scope) -> bool:
     return True
 
 
+def _streamed_upload(scope: Scope) -> bool:
+    """A build upload (``PUT /api/v1/artifacts/{version}``): raw bytes streamed to disk, never
+    JSON, and up to the artifact size limit, so it is neither parsed nor held in memory here."""
+    return bool(scope["method"] == "PUT" and scope["path"].startswith(HOSTED_ARTIFACTS_PATH))
+
+
 def json_problem(body: bytes) -> str | None:
     """Why ``body`` is not strict JSON (RFC 8259's interoperable subset), or None.
 
@@ -132,6 +139,7 @@ class StrictJson:
             scope["type"] != "http"
             or scope["method"] not in _BODY_METHODS
             or not _json_declared(scope)
+            or _streamed_upload(scope)
         ):
             await self.app(scope, receive, send)
             return
