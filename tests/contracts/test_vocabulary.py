@@ -122,6 +122,7 @@ def test_the_folded_enrollment_and_release_reasons_keep_their_values() -> None:
                 "not_single_file_build",
                 "read_only_program",
                 "update_in_progress",
+                "artifact_source_refused",
                 "download_failed",
                 "download_too_large",
                 "checksum_mismatch",
