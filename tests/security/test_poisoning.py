@@ -90,7 +90,7 @@ def test_a_version_already_stored_poisoned_is_unknown_and_cleared_at_startup(
     victim = Identity(name=f"old-{uuid.uuid4().hex[:6]}")
     victim_id = victim.enroll(console, console.install_token()).json()["agent_id"]
     url = console.env.get("PROXIMA_DATABASE_URL") or (
-        f"sqlite:///{(console.data_dir / 'console.core.db').resolve()}"
+        f"sqlite:///{(console.data_dir / 'console.db').resolve()}"
     )
     # PostgreSQL enforces the column's 64 characters; SQLite stored anything.
     poison = "not a version!" if url.startswith("postgresql") else HUGE
