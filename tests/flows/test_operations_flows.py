@@ -122,8 +122,10 @@ async def _seed_failures(console, kube):
         leader=True,
         cluster_slug="production-cluster-named-beyond-the-sixty-three-character-limit-x",
     )
+    # Its own cluster's inventory, with Argo Rollouts forbidden (a collector bound to "prod" may
+    # feed only "prod": the mismatched slug above shows as slug_mismatch from its heartbeat).
     snap = InventorySnapshot(
-        cluster_slug="production-cluster-named-beyond-the-sixty-three-character-limit-x",
+        cluster_slug="prod",
         cluster_name="prod",
         collected_at=datetime.now(UTC),
         sync_interval_seconds=60.0,
@@ -140,6 +142,21 @@ async def _seed_failures(console, kube):
     for chunk in encode_chunks(snap, uuid.uuid4().hex):
         await nc4.publish(subjects.inventory(cid), chunk)
     await nc4.flush()
+    # A collector enrolled with the environment's token, syncing a cluster nobody registered.
+    stray = Identity(name="stray-collector-0", agent_type="k8s-cluster-collector")
+    sid = stray.enroll(console, token).json()["agent_id"]
+    nc5 = await nats.connect(console.nats_url, **stray.nats_options())
+    await _beat(nc5, sid, stray, sync_interval_seconds=300.0, leader=True, cluster_slug="stray")
+    unregistered = InventorySnapshot(
+        cluster_slug="stray",
+        cluster_name="stray",
+        collected_at=datetime.now(UTC),
+        sync_interval_seconds=300.0,
+        counts={"pods": 1},
+    )
+    for chunk in encode_chunks(unregistered, uuid.uuid4().hex):
+        await nc5.publish(subjects.inventory(sid), chunk)
+    await nc5.flush()
     # A host agent on a node whose DaemonSet mounts the host agent's directory.
     Identity(name="worker-1").enroll(console, token)
     kube.put(objects.node("worker-1"))
@@ -151,7 +168,7 @@ async def _seed_failures(console, kube):
             host_paths={"data": "/var/lib/proxima-agent"},
         )
     )
-    return [nc1, nc2, nc3, nc4], shared_id, revoked
+    return [nc1, nc2, nc3, nc4, nc5], shared_id, revoked
 
 
 async def test_the_audit_finds_each_seeded_failure(audit_console, tmp_path):
