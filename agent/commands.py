@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,7 +21,7 @@ from pydantic import BaseModel, Field, ValidationError
 from agent.backend import BackendClient
 from agent.credentials import new_seed, public_key, rotation_proof
 from agent.errors import BackendAnswerError, BackendError
-from agent.files import write_atomic
+from agent.files import set_aside, write_atomic
 from agent.session import NatsSession
 from agent.signals import read_signals
 from agent.state import StateStore
@@ -103,9 +101,8 @@ class CommandLedger:
         try:
             ledger = LedgerFile.model_validate_json(raw)
         except ValidationError:
-            aside = self.path.with_name(f"{LEDGER_FILE}.corrupt-{int(time.time())}")
+            aside = set_aside(self.path)
             log.warning("command ledger %s is corrupt; moved it to %s", self.path, aside)
-            os.replace(self.path, aside)
             return
         if ledger.agent_id != self.agent_id:
             log.info(

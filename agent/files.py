@@ -8,9 +8,10 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 from pathlib import Path
 
-__all__ = ["ensure_private_dir", "write_atomic"]
+__all__ = ["ensure_private_dir", "set_aside", "write_atomic"]
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -61,3 +62,17 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o600, exclusive: bool 
 def ensure_private_dir(path: Path) -> None:
     """Create ``path`` (mode 0700) if missing; an existing directory keeps its mode."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def set_aside(path: Path) -> Path:
+    """Rename an unusable file to ``<name>.corrupt-<unix time>`` beside it and return the new
+    path. Nothing is deleted, and an earlier file set aside is never overwritten."""
+    stamp = int(time.time())
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while aside.exists():
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+        n += 1
+    os.replace(path, aside)
+    _fsync_dir(path.parent)
+    return aside

@@ -279,7 +279,7 @@ class AgentRuntime:
     def _note_identity(self, state: AgentState) -> None:
         s = self.settings
         log.info(
-            "using identity of agent %s (%s %r) from %s",
+            "already enrolled as agent %s (%s %r): using the identity in %s",
             state.agent_id,
             state.agent_type,
             state.name,

@@ -25,7 +25,7 @@ from agent.errors import (
     StateUnreadableError,
     StateVersionError,
 )
-from agent.files import write_atomic
+from agent.files import set_aside, write_atomic
 from contracts.agent_types import AgentType
 
 __all__ = ["SCHEMA_VERSION", "STATE_FILE", "AgentState", "StateStore", "public_key_of"]
@@ -147,11 +147,27 @@ class StateStore:
         return None if raw is None else self._parse(raw, expected_type=None)
 
     def load(self, *, expected_type: AgentType) -> AgentState | None:
-        """Read the state for an agent configured as ``expected_type``; ``None`` when absent."""
+        """Read the state for an agent configured as ``expected_type``; ``None`` when there is no
+        valid file. A corrupt file is renamed aside (never deleted) so that the agent enrolls, as
+        the chart's page says an agent does when no valid state file is present; re-bind then
+        brings the old record back when the machine's evidence matches. A file of another agent
+        type or of a newer build is refused, untouched."""
         raw = self._read_raw()
         if raw is None:
             return None
-        state = self._parse(raw, expected_type=expected_type)
+        try:
+            state = self._parse(raw, expected_type=expected_type)
+        except StateCorruptError as e:
+            aside = set_aside(self.path)
+            log.error(
+                "state file %s is corrupt (%s): moved it to %s and enrolling again; the Console "
+                "re-binds this agent to its old record when the machine's identity evidence "
+                "matches and that record has been quiet for the quiet window",
+                self.path,
+                e.detail,
+                aside,
+            )
+            return None
         self._tighten_mode()
         self._current = state
         return state

@@ -19,15 +19,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from agent.files import write_atomic
+from agent.files import set_aside, write_atomic
 from agent.selfupdate.failures import FailedStep
 
 __all__ = ["MARKER_FILE", "MarkerStore", "Phase", "UpdateMarker", "new_marker"]
@@ -152,9 +150,8 @@ class MarkerStore:
         try:
             return UpdateMarker.from_json(raw)
         except MarkerCorruptError as e:
-            aside = self.path.with_name(f"{MARKER_FILE}.corrupt-{int(time.time())}")
+            aside = set_aside(self.path)
             log.warning("update marker %s is corrupt (%s); moved it to %s", self.path, e, aside)
-            os.replace(self.path, aside)
             return None
 
     def write(self, marker: UpdateMarker) -> None:

@@ -73,7 +73,7 @@ def test_enrolls_connects_heartbeats_and_keeps_its_identity_across_restarts(
 
     again = AgentProcess(data_dir, env=env).start()
     agent_processes.append(again)
-    again.wait_for_log(f"using identity of agent {state.agent_id}")
+    again.wait_for_log(f"already enrolled as agent {state.agent_id}")
     again.wait_for_log("nats connected to")
     assert len(fake_console.requests) == 1, "a restart must not enroll again"
     assert StateStore(data_dir).read() == state

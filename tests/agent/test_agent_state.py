@@ -89,8 +89,22 @@ def test_type_mismatch_is_refused_and_names_both_types_and_the_path(tmp_path: Pa
 def test_corrupt_state_is_a_clear_error_naming_the_path(tmp_path: Path, content: bytes) -> None:
     (tmp_path / "state.json").write_bytes(content)
     with pytest.raises(StateCorruptError) as info:
-        StateStore(tmp_path).load(expected_type=AgentType.HOST)
+        StateStore(tmp_path).read()
     assert str(tmp_path / "state.json") in str(info.value)
+
+
+@pytest.mark.parametrize("content", [b"", b"{not json", b'{"agent_id": "x"}'])
+def test_loading_a_corrupt_state_sets_it_aside_so_the_agent_enrolls(
+    tmp_path: Path, content: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "state.json").write_bytes(content)
+    (tmp_path / "state.json.corrupt-1").write_bytes(b"an earlier one")
+    assert StateStore(tmp_path).load(expected_type=AgentType.HOST) is None
+    asides = sorted(p.name for p in tmp_path.iterdir() if p.name != "state.json.corrupt-1")
+    assert len(asides) == 1 and asides[0].startswith("state.json.corrupt-"), asides
+    assert (tmp_path / asides[0]).read_bytes() == content
+    assert (tmp_path / "state.json.corrupt-1").read_bytes() == b"an earlier one"
+    assert "is corrupt" in caplog.text and "enrolling again" in caplog.text
 
 
 def test_corrupt_state_errors_never_echo_the_seed(tmp_path: Path) -> None:
@@ -99,7 +113,7 @@ def test_corrupt_state_errors_never_echo_the_seed(tmp_path: Path) -> None:
     del data["agent_id"]
     (tmp_path / "state.json").write_text(json.dumps(data))
     with pytest.raises(StateCorruptError) as info:
-        StateStore(tmp_path).load(expected_type=AgentType.HOST)
+        StateStore(tmp_path).read()
     assert state.seed.get_secret_value() not in str(info.value)
 
 
@@ -151,27 +165,6 @@ def test_cli_refuses_a_state_file_of_another_agent_type_and_leaves_it(tmp_path: 
     )
     assert _snapshot(path) == before
     assert not (tmp_path / "health.port").exists()
-
-
-def test_cli_refuses_a_corrupt_state_file_and_never_replaces_it(tmp_path: Path) -> None:
-    path = tmp_path / "state.json"
-    path.write_bytes(b'{"agent_id": "ag_1", "truncated')
-    before = _snapshot(path)
-    result = run_cli(
-        "run",
-        "--data-dir",
-        str(tmp_path),
-        "--backend-url",
-        "http://127.0.0.1:9",
-        "--install-token",
-        "tok_123456789",
-        "--health-port",
-        "0",
-    )
-    assert result.returncode == 3, result.stderr
-    assert result.stderr.count("\n") == 1
-    assert f"state file {path} is corrupt" in result.stderr
-    assert _snapshot(path) == before
 
 
 def test_cli_reports_an_unreadable_state_file(tmp_path: Path) -> None:

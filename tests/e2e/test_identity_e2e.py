@@ -8,7 +8,7 @@ from testkit.agents import fake_host_root
 from testkit.console import QUIET_SECONDS
 from testkit.waiting import wait_for
 
-MID1, MID7, MIDR = (uuid.uuid4().hex for _ in range(3))
+MID1, MID7, MIDR, MIDC = (uuid.uuid4().hex for _ in range(4))
 
 
 def _online(console, agent_id):
@@ -36,6 +36,8 @@ def test_a_fresh_agent_enrolls_heartbeats_and_keeps_its_id_across_restarts(
     a.start()
     a.wait_ready()
     assert a.agent_id() == agent_id
+    # The page's check (`kubectl logs … | grep "enrolled"`) matches a start on an existing file.
+    assert f"already enrolled as agent {agent_id}" in a.log()
     wait_for(lambda: e2e_console.agent(agent_id)["status"] == "online")
     assert [h["kind"] for h in e2e_console.agent(agent_id)["history"]] == ["enrolled"]
 
@@ -89,6 +91,31 @@ def test_moving_the_data_dir_rebinds_onto_the_old_record_through_host_identity(
     moved.wait_ready()
     assert moved.agent_id() == agent_id
     assert "re-bound" in moved.log()
+    assert e2e_console.agent(agent_id)["history"][0]["kind"] == "rebound"
+
+
+def test_a_corrupt_state_file_is_set_aside_and_the_agent_rebinds_to_its_old_record(
+    e2e_console, agents, tmp_path
+):
+    """No crash loop on a torn state.json: the file is kept aside and re-bind brings the record
+    back because the machine's evidence matches."""
+    token = e2e_console.install_token()
+    host = fake_host_root(
+        tmp_path / "node", machine_id=MIDC, product_uuid="0b3c2a1e-5d4f-4e6a-9b8c-7d6e5f4a3b2c"
+    )
+    a = agents(e2e_console, "node-c", token, agent_type="k8s-node-monitor", host_root=host)
+    a.wait_ready()
+    agent_id = a.agent_id()
+    a.stop()
+    original = (a.data_dir / "state.json").read_bytes()
+    (a.data_dir / "state.json").write_bytes(original[: len(original) // 2])
+    wait_for(lambda: e2e_console.agent(agent_id)["seconds_since_seen"] > QUIET_SECONDS + 0.2)
+    a.start()
+    a.wait_ready()
+    assert a.agent_id() == agent_id
+    assert "is corrupt" in a.log() and "re-bound" in a.log()
+    asides = [p for p in a.data_dir.iterdir() if p.name.startswith("state.json.corrupt-")]
+    assert [p.read_bytes() for p in asides] == [original[: len(original) // 2]]
     assert e2e_console.agent(agent_id)["history"][0]["kind"] == "rebound"
 
 
