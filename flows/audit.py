@@ -15,7 +15,7 @@ from contracts.rollouts import RolloutPublic
 from contracts.views import AgentView, ClusterView
 from flows.audit_rules import AuditFacts, DaemonSetFact, evaluate
 from flows.console_client import ConsoleClient
-from flows.kube import KubeTarget, agent_daemonsets, api_client
+from flows.kube import KubeTarget, agent_daemonsets, api_client, discover_target
 from flows.settings import FlowSettings
 
 
@@ -35,8 +35,23 @@ def gather_console_facts() -> ConsoleFacts:
 
 
 @task(name="gather-kubernetes-facts", retries=2, retry_delay_seconds=2)
-def gather_kubernetes_facts(kubeconfig: str | None, namespace: str | None) -> list[DaemonSetFact]:
-    return agent_daemonsets(api_client(KubeTarget(kubeconfig=kubeconfig)), namespace)
+def gather_kubernetes_facts(target: KubeTarget, namespace: str | None) -> list[DaemonSetFact]:
+    return agent_daemonsets(api_client(target), namespace)
+
+
+def kubernetes_facts(
+    check: bool | None, kubeconfig: str | None, namespace: str | None
+) -> tuple[list[DaemonSetFact], str | None]:
+    """The DaemonSet facts, and why they are missing when they are. ``check``: None checks
+    whenever a cluster is configured for the worker, True requires one, False skips."""
+    if check is False:
+        return [], "turned off by check_kubernetes=false"
+    target, where = discover_target(kubeconfig)
+    if target is None:
+        if check:
+            raise ValueError(f"check_kubernetes=true but no cluster is configured: {where}")
+        return [], where
+    return gather_kubernetes_facts(target, namespace), None
 
 
 @task(name="store-findings", retries=2, retry_delay_seconds=2)
@@ -50,20 +65,28 @@ def store_findings(findings: list[Finding], flow_run_id: str | None) -> str:
 def fleet_audit(
     kubeconfig: str | None = None,
     namespace: str | None = None,
-    check_kubernetes: bool = False,
+    check_kubernetes: bool | None = None,
     stuck_window_minutes: float = 15,
 ) -> dict[str, object]:
     """Audit the fleet: shared identities, stuck 409s, offline agents, sync-interval drift, slug
-    mismatches, DaemonSets sharing the host agent's directory, revoked keys still knocking."""
+    mismatches, DaemonSets sharing the host agent's directory, revoked keys still knocking.
+
+    ``check_kubernetes``: unset checks the DaemonSets whenever the worker can reach a cluster
+    (the ``kubeconfig`` parameter, ``KUBECONFIG``, or in-cluster) and records a
+    ``kubernetes_not_checked`` finding when it cannot; ``true`` fails without a cluster;
+    ``false`` skips the check (and says so in the findings)."""
     log = get_run_logger()
     facts = gather_console_facts()
-    daemonsets = gather_kubernetes_facts(kubeconfig, namespace) if check_kubernetes else []
+    daemonsets, not_checked = kubernetes_facts(check_kubernetes, kubeconfig, namespace)
+    if not_checked:
+        log.info("node-agent DaemonSets not checked: %s", not_checked)
     findings = evaluate(
         AuditFacts(
             agents=facts.agents,
             clusters=facts.clusters,
             rollouts=facts.rollouts,
             daemonsets=daemonsets,
+            kubernetes_not_checked=not_checked,
             stuck_window=timedelta(minutes=stuck_window_minutes),
         )
     )

@@ -45,6 +45,8 @@ class AuditFacts:
     rollouts: Sequence[RolloutPublic] = ()
     """Recent rollouts with their targets."""
     daemonsets: Sequence[DaemonSetFact] = ()
+    kubernetes_not_checked: str | None = None
+    """Why the DaemonSets were not read (None: they were)."""
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
     stuck_window: timedelta = timedelta(minutes=15)
     long_offline: timedelta = timedelta(days=7)
@@ -224,6 +226,16 @@ def rollout_rules(facts: AuditFacts) -> Iterable[Finding]:
 
 
 def daemonset_rules(facts: AuditFacts) -> Iterable[Finding]:
+    if facts.kubernetes_not_checked is not None:
+        yield Finding(
+            name="kubernetes_not_checked",
+            severity=Severity.INFO,
+            subject_kind="audit",
+            message="the node-agent DaemonSets' data directories were not checked: "
+            + facts.kubernetes_not_checked,
+            fix="give the worker a kubeconfig (KUBECONFIG, or the kubeconfig parameter) or run "
+            "it in the cluster with read access to DaemonSets and Nodes",
+        )
     host_agents = {a.name for a in facts.agents if a.agent_type is AgentType.HOST}
     for ds in facts.daemonsets:
         shared = shared_data_dir(ds.data_host_path, set(ds.node_names) & host_agents)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,22 @@ AGENT_SELECTOR = "app.kubernetes.io/name=proxima-agent"
 class KubeTarget:
     kubeconfig: str | None = None
     context: str | None = None
+
+
+def discover_target(kubeconfig: str | None) -> tuple[KubeTarget | None, str]:
+    """Where the flows find a cluster without being told: the ``kubeconfig`` parameter, else the
+    worker's ``KUBECONFIG``, else the ServiceAccount of a worker running in a pod. Returns the
+    target (or None) and a sentence saying which, for the audit's record."""
+    if kubeconfig:
+        return KubeTarget(kubeconfig=kubeconfig), f"kubeconfig {kubeconfig}"
+    env = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    if env:
+        return KubeTarget(kubeconfig=env), f"the worker's KUBECONFIG ({env})"
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return KubeTarget(), "the worker's in-cluster ServiceAccount"
+    return None, (
+        "no kubeconfig parameter, no KUBECONFIG on the worker, and the worker does not run in a pod"
+    )
 
 
 def api_client(target: KubeTarget) -> Any:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from flows.audit import kubernetes_facts
 from flows.audit_rules import AuditFacts, DaemonSetFact, daemonset_rules
 from flows.kube import KubeTarget, agent_daemonsets, api_client
 from testkit.chart import RELEASE
@@ -68,6 +69,10 @@ def test_the_audit_reads_each_daemonsets_data_directory_and_flags_the_shared_one
     host_agent = agent_view("host-1", "kwok-node-1", agent_type="host")
 
     findings = list(daemonset_rules(AuditFacts(agents=[host_agent], daemonsets=default + moved)))
+    # What the scheduled run does: no parameters, the worker's KUBECONFIG names the cluster.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KUBECONFIG", str(kube_cluster.admin_kubeconfig))
+        assert kubernetes_facts(None, None, namespace) == (default, None)
     assert [(f.name, f.subject_id, f.detail) for f in findings] == [
         ("shared_data_dir", f"{namespace}/{RELEASE}-node-agent", {"nodes": ["kwok-node-1"]})
     ]

@@ -58,6 +58,8 @@ def test_prefect_deploy_all_creates_every_deployment_with_enforced_schemas(prefe
         assert dep.work_pool_name == "proxima-process", name
         assert dep.parameter_openapi_schema["properties"], name
     assert deployments["fleet-audit"].schedules, "the audit runs on a schedule"
+    # The scheduled audit must not switch the DaemonSet data-directory check off (issue 16.6).
+    assert deployments["fleet-audit"].parameters.get("check_kubernetes") is None
     assert "rollout_id" in deployments["fleet-rollout"].parameter_openapi_schema["required"]
 
 

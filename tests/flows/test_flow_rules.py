@@ -4,9 +4,12 @@ the flows keep (no English matched across processes, one shared-data-dir check).
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import pytest
 
 from contracts.inventory import InventoryProblem
 from contracts.rollouts import ArtifactRef, RolloutPublic, TargetPublic
@@ -153,6 +156,33 @@ def test_one_shared_data_dir_check_serves_the_audit_and_the_migration():
     facts = AuditFacts(agents=[agent_view("h1", "n1")], daemonsets=[ds])
     (finding,) = evaluate(facts)
     assert (finding.name, finding.detail) == ("shared_data_dir", {"nodes": ["n1"]})
+
+
+def test_an_audit_that_could_not_read_the_daemonsets_says_so_in_its_findings():
+    facts = AuditFacts(agents=[], kubernetes_not_checked="no KUBECONFIG on the worker")
+    (finding,) = evaluate(facts)
+    assert finding.name == "kubernetes_not_checked"
+    assert "no KUBECONFIG on the worker" in finding.message
+    assert evaluate(AuditFacts(agents=[])) == []
+
+
+def test_the_audit_finds_its_cluster_the_way_a_worker_is_configured(monkeypatch, tmp_path):
+    from flows.audit import kubernetes_facts
+    from flows.kube import KubeTarget, discover_target
+
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert discover_target(None)[0] is None
+    assert kubernetes_facts(None, None, None) == ([], discover_target(None)[1])
+    assert kubernetes_facts(False, "/k", None) == ([], "turned off by check_kubernetes=false")
+    with pytest.raises(ValueError, match="check_kubernetes=true but no cluster"):
+        kubernetes_facts(True, None, None)
+    assert discover_target("/a")[0] == KubeTarget(kubeconfig="/a")
+    monkeypatch.setenv("KUBECONFIG", f"/b{os.pathsep}/c")
+    assert discover_target(None)[0] == KubeTarget(kubeconfig="/b")
+    monkeypatch.delenv("KUBECONFIG")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    assert discover_target(None) == (KubeTarget(), "the worker's in-cluster ServiceAccount")
 
 
 def test_no_english_text_from_another_process_is_matched_in_flows():
