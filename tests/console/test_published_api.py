@@ -89,3 +89,13 @@ def test_onboarding_gates_are_served_for_a_cluster(console):
     with console.client(writer) as c:
         r = c.get("/api/v1/clusters/edge-one/onboarding")
     assert (r.status_code, r.json()["reason"]) == (403, "missing_scope")
+
+
+def test_an_unconfigured_console_publishes_the_pages_windows(console_factory):
+    """The page's 5-minute quiet window (and the stale timeout) are the defaults a Console
+    started with no window settings actually runs with, not only constants."""
+    plain = console_factory("plain")
+    with plain.client(plain.api_token(["tokens:read"])) as c:
+        view = ConsoleSettingsView.model_validate(c.get("/api/v1/settings").json())
+    assert view.quiet_window_seconds == 300.0
+    assert view.stale_after_seconds == 90.0
