@@ -19,13 +19,13 @@ from testkit.chart import (
 from testkit.pod_security import restricted_violations
 
 NAME = f"{RELEASE}-cluster-agent"
-READ = ["get", "list", "watch"]
+READ = ["list"]
 # What the cluster agent reads for inventory: the page's Security section and step 4's calls.
 INVENTORY_RULES = [
     {"apiGroups": [""], "resources": ["nodes", "namespaces", "pods", "services"], "verbs": READ},
     {
         "apiGroups": ["apps"],
-        "resources": ["deployments", "statefulsets", "daemonsets", "replicasets"],
+        "resources": ["deployments", "statefulsets", "daemonsets"],
         "verbs": READ,
     },
     {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": READ},
