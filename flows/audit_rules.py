@@ -226,7 +226,10 @@ def rollout_rules(facts: AuditFacts) -> Iterable[Finding]:
 
 
 def daemonset_rules(facts: AuditFacts) -> Iterable[Finding]:
-    if facts.kubernetes_not_checked is not None:
+    runs_kubernetes = bool(facts.clusters) or any(
+        a.agent_type is not AgentType.HOST for a in facts.agents
+    )
+    if facts.kubernetes_not_checked is not None and runs_kubernetes:
         yield Finding(
             name="kubernetes_not_checked",
             severity=Severity.INFO,

@@ -159,6 +159,12 @@ class ConsoleProcess:
             r.raise_for_status()
             return str(r.json()["token"])
 
+    def worker_token(self) -> str:
+        """A token with exactly the scopes docs/flows.md gives the Prefect worker."""
+        from flows.settings import WORKER_SCOPES
+
+        return self.api_token(list(WORKER_SCOPES))
+
     def api_token(self, scopes: list[str], token: str | None = None) -> str:
         with self.client(token) as c:
             r = c.post(

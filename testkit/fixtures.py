@@ -108,7 +108,7 @@ def flow_console(
         env={"PROXIMA_PREFECT_API_URL": prefect_api_url, "PROXIMA_AGENT_STALE_SECONDS": "30"},
     )
     monkeypatch.setenv("PROXIMA_CONSOLE_URL", console.url)
-    monkeypatch.setenv("PROXIMA_CONSOLE_TOKEN", console.token)
+    monkeypatch.setenv("PROXIMA_CONSOLE_TOKEN", console.worker_token())
     return console
 
 

@@ -10,7 +10,6 @@ from typing import Any
 
 from agent.cluster import (
     INVENTORY_PERMISSIONS,
-    KINDS,
     LEADER_ELECTION_PERMISSIONS,
     REQUIRED_PERMISSIONS,
     InventoryConfig,

@@ -159,11 +159,15 @@ def test_one_shared_data_dir_check_serves_the_audit_and_the_migration():
 
 
 def test_an_audit_that_could_not_read_the_daemonsets_says_so_in_its_findings():
-    facts = AuditFacts(agents=[], kubernetes_not_checked="no KUBECONFIG on the worker")
+    node = agent_view("n1", "n1", agent_type="k8s-node-monitor")
+    facts = AuditFacts(agents=[node], kubernetes_not_checked="no KUBECONFIG on the worker")
     (finding,) = evaluate(facts)
     assert finding.name == "kubernetes_not_checked"
     assert "no KUBECONFIG on the worker" in finding.message
-    assert evaluate(AuditFacts(agents=[])) == []
+    assert evaluate(AuditFacts(agents=[node])) == []
+    # A fleet of hosts only has no DaemonSet to check: no finding, a healthy fleet stays quiet.
+    host = agent_view("h1", "h1", agent_type="host")
+    assert evaluate(AuditFacts(agents=[host], kubernetes_not_checked="no KUBECONFIG")) == []
 
 
 def test_the_audit_finds_its_cluster_the_way_a_worker_is_configured(monkeypatch, tmp_path):
@@ -256,3 +260,16 @@ def test_no_flow_copies_the_quiet_window():
     assert not [name for name in release if "quiet" in name]  # the Console's dry run decides
     sources = [p.read_text() for p in sorted(FLOWS.rglob("*.py"))]
     assert not [s for s in sources if re.search(r"quiet\w*: float = \d", s)]
+
+
+def test_the_documented_worker_scopes_are_the_ones_the_flow_tests_run_with():
+    """docs/flows.md lists the worker token's scopes; testkit's worker_token() (which every flow
+    test's PROXIMA_CONSOLE_TOKEN is) mints exactly flows.settings.WORKER_SCOPES."""
+    from console.schemas import ALL_SCOPES
+    from flows.settings import WORKER_SCOPES
+
+    docs = (Path(__file__).parents[2] / "docs" / "flows.md").read_text()
+    block = docs.split("<!-- worker-scopes -->")[1].split("<!-- /worker-scopes -->")[0]
+    assert tuple(re.findall(r"`([a-z]+:[a-z]+)`", block)) == WORKER_SCOPES
+    assert set(WORKER_SCOPES) <= set(ALL_SCOPES)
+    assert "tokens:write" not in WORKER_SCOPES and "clusters:write" not in WORKER_SCOPES

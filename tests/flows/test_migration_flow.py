@@ -54,7 +54,7 @@ def migration_console(console_factory, prefect_api_url, monkeypatch):
         },
     )
     monkeypatch.setenv("PROXIMA_CONSOLE_URL", console.url)
-    monkeypatch.setenv("PROXIMA_CONSOLE_TOKEN", console.token)
+    monkeypatch.setenv("PROXIMA_CONSOLE_TOKEN", console.worker_token())
     return console
 
 

@@ -33,7 +33,7 @@ def audit_console(console_factory, prefect_api_url, monkeypatch):
         },
     )
     monkeypatch.setenv("PROXIMA_CONSOLE_URL", console.url)
-    monkeypatch.setenv("PROXIMA_CONSOLE_TOKEN", console.token)
+    monkeypatch.setenv("PROXIMA_CONSOLE_TOKEN", console.worker_token())
     return console
 
 
@@ -327,7 +327,7 @@ def test_the_enrollment_check_passes_with_a_real_cluster_collector_and_node_agen
 
     console = console_factory(name="ec-console", env={"PROXIMA_K8S_SYNC_INTERVAL": "0.5s"})
     monkeypatch.setenv("PROXIMA_CONSOLE_URL", console.url)
-    monkeypatch.setenv("PROXIMA_CONSOLE_TOKEN", console.token)
+    monkeypatch.setenv("PROXIMA_CONSOLE_TOKEN", console.worker_token())
     started: list[AgentProcess] = []
     with KubeApiDouble() as kube:
         for n in ("node-a", "node-b"):
