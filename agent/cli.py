@@ -222,12 +222,27 @@ def run(
     _start(settings)
 
 
+def warn_misspelt_variables() -> None:
+    import logging
+
+    from agent.settings import AgentSettings
+    from contracts.settings_env import misspelt, variable_names
+
+    for variable, meant in misspelt(os.environ, variable_names(AgentSettings)):
+        logging.getLogger("agent").warning(
+            "%s is not a setting of proxima-agent and is ignored; did you mean %s?",
+            variable,
+            meant,
+        )
+
+
 def _start(settings: AgentSettings) -> None:
     """Run the agent (or, under a self_update, the trial of a new build) until it stops; exec
     the build it hands over to, if any."""
     from agent.logs import configure_logging
 
     mask = configure_logging(settings.log_level, settings.log_format)
+    warn_misspelt_variables()
     if settings.install_token is not None:
         mask.add(settings.install_token.get_secret_value())
     _keep_websocket_client_out()

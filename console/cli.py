@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 from sqlmodel import Session
 
 from console.core.settings import ConsoleSettings
+from contracts.settings_env import describe_invalid, misspelt, variable_names
 
 app = typer.Typer(
     help="The Proxima Console backend. Settings are PROXIMA_* environment variables "
@@ -22,12 +25,23 @@ app = typer.Typer(
 
 
 def _settings(**overrides: object) -> ConsoleSettings:
-    settings = ConsoleSettings()
+    """The settings, or one line naming each bad variable; a warning line for each variable
+    that looks like a misspelt setting."""
+    try:
+        settings = ConsoleSettings()
+    except ValidationError as exc:
+        _fail(f"invalid settings: {describe_invalid(exc)}")
+    for variable, meant in misspelt(os.environ, variable_names(ConsoleSettings)):
+        print(
+            f"proxima-console: warning: {variable} is not a setting of proxima-console and is "
+            f"ignored; did you mean {meant}?",
+            file=sys.stderr,
+        )
     updates = {k: v for k, v in overrides.items() if v is not None}
     return settings.model_copy(update=updates) if updates else settings
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
     lines = [ln for ln in lines if not ln.startswith("(Background on this error")]
     print(f"proxima-console: {' '.join(lines)}", file=sys.stderr)

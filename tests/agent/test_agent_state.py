@@ -19,7 +19,7 @@ from agent.files import write_atomic
 from agent.state import StateStore
 from contracts.agent_types import AgentType
 from testkit.agent_state import make_state, write_state
-from testkit.agents import run_cli
+from testkit.agents import agent_env, run_cli
 
 
 def test_state_file_is_written_with_mode_0600_and_no_temp_files(tmp_path: Path) -> None:
@@ -165,6 +165,20 @@ def test_cli_refuses_a_state_file_of_another_agent_type_and_leaves_it(tmp_path: 
     )
     assert _snapshot(path) == before
     assert not (tmp_path / "health.port").exists()
+
+
+def test_a_misspelt_variable_is_named_in_a_warning(tmp_path: Path) -> None:
+    write_state(tmp_path, make_state(agent_type=AgentType.HOST))
+    env = {**agent_env(), "PROXIMA_HEARTBEAT_INTERVALL": "5s"}
+    result = run_cli(
+        "run", "--agent-type", "k8s-node-monitor", "--data-dir", str(tmp_path),
+        "--backend-url", "http://127.0.0.1:9", "--health-port", "0", env=env,
+    )  # fmt: skip
+    assert result.returncode == 4, result.stderr
+    assert (
+        "PROXIMA_HEARTBEAT_INTERVALL is not a setting of proxima-agent and is ignored; did you "
+        "mean PROXIMA_HEARTBEAT_INTERVAL?"
+    ) in result.stderr
 
 
 def test_cli_reports_an_unreadable_state_file(tmp_path: Path) -> None:
