@@ -205,24 +205,48 @@ def cluster_rules(facts: AuditFacts) -> Iterable[Finding]:
                 )
 
 
+#: what a self_update's structured failure says about the target, and what to do about it
+_SELF_UPDATE_DIAGNOSES = {
+    # Only a Kubernetes agent answers not_self_updatable, and rollouts target only agents that
+    # can self-update: a pod answered for this record, so it shares the host's identity (the
+    # seed's "Fleet rollouts fail against healthy hosts").
+    CommandFailureKind.NOT_SELF_UPDATABLE: (
+        "self_update_answered_by_pod",
+        "a Kubernetes node agent answered for this host: the pod shares the host agent's "
+        "identity (data directory)",
+        SEPARATE_DIR_FIX,
+    ),
+    # A host agent that cannot write its own program file or directory.
+    CommandFailureKind.READ_ONLY_PROGRAM: (
+        "self_update_read_only_program",
+        "the agent cannot replace its own program: the program file or its directory is not "
+        "writable for the agent's user (read-only mount, or owned by another user)",
+        "make the program path writable for the agent's user (or install builds with your "
+        "package manager and leave this agent out of rollouts)",
+    ),
+}
+
+
 def rollout_rules(facts: AuditFacts) -> Iterable[Finding]:
-    """A host agent whose self_update failed for want of write access to its program (the
-    agent's ``read_only_program``) shares its identity with a pod on a read-only image (the
-    seed's 'Fleet rollouts fail against healthy hosts')."""
+    """Self-update failures diagnosed from the agent's structured ``failure_kind``, never from
+    its text."""
     for r in facts.rollouts:
         for t in r.targets or ():
-            if t.failure_kind is CommandFailureKind.READ_ONLY_PROGRAM:
-                yield Finding(
-                    name="self_update_on_read_only_image",
-                    severity=Severity.HIGH,
-                    subject_kind="agent",
-                    subject_id=t.agent_id,
-                    subject_name=t.agent_name,
-                    message=f"rollout {r.name!r}: {t.agent_name} reported "
-                    f"{t.error!r} — a pod on a read-only image answered for this host",
-                    fix=SEPARATE_DIR_FIX,
-                    detail={"rollout_id": r.id},
-                )
+            kind = t.failure_kind
+            diagnosis = _SELF_UPDATE_DIAGNOSES.get(kind) if kind else None
+            if kind is None or diagnosis is None:
+                continue
+            name, meaning, fix = diagnosis
+            yield Finding(
+                name=name,
+                severity=Severity.HIGH,
+                subject_kind="agent",
+                subject_id=t.agent_id,
+                subject_name=t.agent_name,
+                message=f"rollout {r.name!r}: {t.agent_name}: {meaning} ({t.error})",
+                fix=fix,
+                detail={"rollout_id": r.id, "failure_kind": kind.value},
+            )
 
 
 def daemonset_rules(facts: AuditFacts) -> Iterable[Finding]:

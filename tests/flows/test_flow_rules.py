@@ -78,19 +78,28 @@ def _names(facts: AuditFacts) -> list[tuple[str, str | None]]:
     return [(f.name, f.subject_name) for f in evaluate(facts)]
 
 
-def test_a_read_only_self_update_is_found_by_its_failure_kind_not_its_text():
+def test_self_update_failures_are_diagnosed_by_failure_kind_not_text():
     text = "backup current binary: rename …: read-only file system"
     facts = AuditFacts(
         agents=[],
         rollouts=[
             _rollout(
                 _target("by-kind", "rename refused", CommandFailureKind.READ_ONLY_PROGRAM),
+                _target("pod", "runs in a container", CommandFailureKind.NOT_SELF_UPDATABLE),
                 _target("text-only", text, None),
                 _target("other", text, CommandFailureKind.INSTALL_FAILED),
             )
         ],
     )
-    assert _names(facts) == [("self_update_on_read_only_image", "by-kind")]
+    assert _names(facts) == [
+        ("self_update_answered_by_pod", "pod"),
+        ("self_update_read_only_program", "by-kind"),
+    ]
+    by_name = {f.name: f for f in evaluate(facts)}
+    # A host's own read-only program is not the shared-directory story: no hostDataDir advice.
+    assert "hostDataDir" not in (by_name["self_update_read_only_program"].fix or "")
+    assert "pod" not in by_name["self_update_read_only_program"].message
+    assert "nodeAgent.hostDataDir" in (by_name["self_update_answered_by_pod"].fix or "")
 
 
 def test_forbidden_argo_rollouts_is_found_by_the_inventory_problem_kind():
