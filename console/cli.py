@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import sys
 from typing import Annotated, NoReturn
@@ -61,6 +62,12 @@ def serve(
 
     settings = _settings(host=host, port=port)
     configure(settings.log_level, settings.log_format)
+    if not settings.public_url:
+        logging.getLogger("console").warning(
+            "PROXIMA_PUBLIC_URL is not set: the onboarding wizard's backendUrl and hosted build "
+            "URLs use the address each request came in on; set it to the URL agents reach this "
+            "Console at"
+        )
     try:
         uvicorn.run(
             create_app(settings),

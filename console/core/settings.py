@@ -238,3 +238,28 @@ class ConsoleSettings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'console.db').resolve()}"
+
+
+_LOOPBACK_HOSTS = ("localhost", "127.", "[::1]", "::1", "0.0.0.0")
+
+
+def public_url_warning(public_url: str | None, url: str) -> str | None:
+    """Why ``url`` (what the Console hands to agents: a chart's backendUrl, a hosted build's
+    download URL) may not be reachable from the agents' machines; None when it is configured
+    and not a loopback address."""
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url).hostname or "").lower()
+    loopback = host.startswith(_LOOPBACK_HOSTS) or host in _LOOPBACK_HOSTS
+    if public_url and not loopback:
+        return None
+    where = (
+        "it is set to a loopback address"
+        if public_url
+        else "it is not set, so this is the address this page was requested on"
+    )
+    advice = " Agents on other machines cannot reach a loopback address." if loopback else ""
+    return (
+        f"{url} comes from PROXIMA_PUBLIC_URL, and {where}.{advice} Set PROXIMA_PUBLIC_URL to "
+        "the URL agents reach this Console at (e.g. https://console.example.com) and restart it."
+    )

@@ -124,6 +124,11 @@ def test_the_wizard_onboards_a_cluster_until_all_three_checks_are_green(
         "  --namespace proxima-system \\\n  --create-namespace \\\n"
     )
     assert values["backendUrl"] == web_console.url
+    # No PROXIMA_PUBLIC_URL and a loopback address: the wizard says so beside the command.
+    expect(page.locator("#backend-url-warning")).to_contain_text(
+        "Agents on other machines cannot reach a loopback address"
+    )
+    expect(page.locator("#backend-url-warning")).to_contain_text("Set PROXIMA_PUBLIC_URL")
     assert values["installToken.value"].startswith("pxi_")
     assert values["clusterAgent.clusterName"] == NAME
     assert values["clusterAgent.clusterSlug"] == SLUG

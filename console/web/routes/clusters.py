@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from console.core.clock import utcnow
+from console.core.settings import public_url_warning
 from console.errors import BadRequestError, ConflictError
 from console.runtime import ConsoleRuntime
 from console.schemas import ClusterCreate, InstallTokenCreate, Scope
@@ -234,6 +235,7 @@ async def onboarding_page(
         token_shown=token is not None,
         host_agent=host_agent,
         host_agent_dir=HOST_AGENT_DATA_DIR,
+        url_warning=public_url_warning(runtime.settings.public_url, plan.backend_url),
     )
 
 

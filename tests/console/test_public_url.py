@@ -1,0 +1,26 @@
+"""The URL the Console hands to agents (backendUrl in the wizard, hosted build URLs): a warning
+when PROXIMA_PUBLIC_URL is unset or loopback (issue 16.15)."""
+
+import pytest
+
+from console.core.settings import public_url_warning
+
+
+@pytest.mark.parametrize(
+    ("public_url", "url", "says"),
+    [
+        (None, "http://127.0.0.1:8700", "cannot reach a loopback address"),
+        (None, "http://localhost:8700", "cannot reach a loopback address"),
+        (None, "http://10.0.0.5:8700", "is not set"),
+        ("http://127.0.0.1:8700", "http://127.0.0.1:8700", "set to a loopback address"),
+        (None, "http://[::1]:8700", "cannot reach a loopback address"),
+    ],
+)
+def test_an_unset_or_loopback_public_url_is_warned_about(public_url, url, says):
+    warning = public_url_warning(public_url, url)
+    assert warning is not None and says in warning and "PROXIMA_PUBLIC_URL" in warning
+
+
+def test_a_configured_public_url_is_not_warned_about():
+    url = "https://console.example.com"
+    assert public_url_warning(url, url) is None
