@@ -58,6 +58,14 @@ class ConsoleApiError(RuntimeError):
         self.message = message
 
 
+class ConsoleUnavailable(ConsoleApiError):
+    """502, 503 or 504: the Console (or what is in front of it) cannot answer now; asking again
+    later may succeed."""
+
+
+_UNAVAILABLE = frozenset({502, 503, 504})
+
+
 class ConsoleClient:
     def __init__(self, settings: FlowSettings, *, transport: httpx.BaseTransport | None = None):
         headers = {}
@@ -83,11 +91,12 @@ class ConsoleClient:
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         r = self._http.request(method, path, **kwargs)
         if r.status_code >= 400:
+            error = ConsoleUnavailable if r.status_code in _UNAVAILABLE else ConsoleApiError
             try:
                 body = ErrorBody.model_validate(r.json())
             except ValueError:
-                raise ConsoleApiError(r.status_code, "error", r.text) from None
-            raise ConsoleApiError(r.status_code, parse_reason(body.reason), body.message)
+                raise error(r.status_code, "error", r.text) from None
+            raise error(r.status_code, parse_reason(body.reason), body.message)
         return r.json()
 
     # rollouts -------------------------------------------------------------------------------

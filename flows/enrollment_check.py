@@ -16,15 +16,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 from uuid import UUID
 
+import httpx
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import (
     create_markdown_artifact,
     create_progress_artifact,
     update_progress_artifact,
 )
+from prefect.states import Failed
 
 from contracts.views import ClusterView, OnboardingStatus
-from flows.console_client import ConsoleApiError, ConsoleClient
+from flows.console_client import ConsoleApiError, ConsoleClient, ConsoleUnavailable
 from flows.kube import KubeTarget, api_client, node_names
 from flows.settings import FlowSettings
 
@@ -48,6 +50,12 @@ CAUSES = {
         "the leader collects every clusterAgent.syncInterval; check its logs for API errors "
         "(forbidden to read …) and that clusterAgent.clusterSlug matches the Console's slug",
     ),
+    "registered": (
+        "No cluster with this slug in the Console",
+        "register the cluster first (the Console's /clusters/add wizard, or POST "
+        "/api/v1/clusters), or pass the slug the Console shows for it; the worker's token must "
+        "belong to the cluster's environment",
+    ),
     "nodes": (
         "Node agents missing",
         "check the DaemonSet: kubectl -n proxima-system get pods; a 409 in its logs after a "
@@ -66,6 +74,8 @@ class CheckState:
     """Where a cluster's onboarding stands: the Console's three gates (as its wizard shows
     them), and the node count, the one thing only the cluster knows."""
 
+    registered: bool = True
+    """False: the Console has no cluster with this slug (its onboarding answered 404)."""
     enrollment: bool = False
     heartbeat: bool = False
     inventory: bool = False
@@ -89,6 +99,7 @@ def observe(status: OnboardingStatus | None, nodes: int | None) -> CheckState:
     cluster's node count (``None``: not counted)."""
     state = CheckState(nodes=nodes)
     if status is None:
+        state.registered = False
         return state
     gates = {check.key: check for check in status.checks}
     state.enrollment, state.heartbeat, state.inventory = (
@@ -134,7 +145,15 @@ def wait_for_enrollment(
     last = -1
     with ConsoleClient(FlowSettings()) as console:
         while True:
-            state = observe(_not_found_is_none(console.onboarding, slug), nodes)
+            try:
+                state = observe(_not_found_is_none(console.onboarding, slug), nodes)
+            except (httpx.TransportError, ConsoleUnavailable) as exc:
+                # One lost connection is not a verdict: keep asking until the deadline.
+                log.warning("the Console did not answer (%s); asking again", exc)
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(poll_seconds)
+                continue
             if state.done() != last:
                 update_progress_artifact(progress, 100 * state.done() / 4, description=_line(state))
                 log.info("%s", _line(state))
@@ -156,7 +175,9 @@ def _line(s: CheckState) -> str:
 
 def report(slug: str, state: CheckState) -> tuple[bool, str]:
     lines = [f"# Enrollment check: {slug}", ""]
-    missing = []
+    missing = [] if state.registered else ["registered"]
+    if not state.registered:
+        lines.append(f"- ❌ no cluster with slug {slug!r} in the Console")
     for step in GATES:
         ok = getattr(state, step)
         detail = f" — {state.details[step]}" if step in state.details else ""
@@ -202,4 +223,17 @@ def enrollment_check(
         description="pass" if passed else "fail",
     )
     get_run_logger().info("%s", text)
-    return {**asdict(state), "passed": passed, "report": text}
+    result = {**asdict(state), "passed": passed, "report": text}
+    if not passed:
+        # A failing check is a Failed run (red in the UI, non-zero for `prefect … run --watch`).
+        message = f"enrollment check of {cluster_slug} failed: " + (
+            "no cluster with this slug in the Console"
+            if not state.registered
+            else "missing "
+            + ", ".join(
+                [step for step in GATES if not getattr(state, step)]
+                + ([] if state.nodes_ok else ["node agents"])
+            )
+        )
+        return Failed(message=message, data=result)  # type: ignore[return-value]
+    return result

@@ -32,6 +32,7 @@ from prefect.artifacts import (
 from prefect.context import get_run_context
 from prefect.flow_runs import pause_flow_run
 from prefect.input import RunInput
+from prefect.states import Failed
 
 from contracts.rollouts import Decision, RolloutPublic
 from contracts.vocabulary import RolloutState, TargetStatus
@@ -190,4 +191,15 @@ def fleet_rollout(
                 log.error("could not complete rollout: %s", exc)
         update_progress_artifact(progress_id, _progress(r), description=_describe(r))
         log.info("rollout %s ended %s", rollout_id, r.state)
-        return {"rollout_id": rollout_id, "state": r.state.value, "counts": r.counts}
+        result: dict[str, object] = {
+            "rollout_id": rollout_id,
+            "state": r.state.value,
+            "counts": r.counts,
+        }
+        if r.state in (RolloutState.ABORTED, RolloutState.FAILED):
+            # The run's state tells the outcome: an aborted rollout is not a Completed run.
+            return Failed(  # type: ignore[return-value]
+                message=f"rollout {r.name} ended {r.state.value}: {r.state_reason or '-'}",
+                data=result,
+            )
+        return result

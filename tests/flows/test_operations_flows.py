@@ -295,9 +295,16 @@ async def test_the_enrollment_check_passes_on_a_healthy_cluster_and_names_what_i
             enrollment_check, cluster_slug="good", deadline_seconds=20, poll_seconds=0.2
         )
         assert ok["passed"], ok["report"]
-        broken = await asyncio.to_thread(
-            enrollment_check, cluster_slug="silent", deadline_seconds=2, poll_seconds=0.2
+        run = await asyncio.to_thread(
+            enrollment_check,
+            cluster_slug="silent",
+            deadline_seconds=2,
+            poll_seconds=0.2,
+            return_state=True,
         )
+        # A failing check is a Failed run (issue 16.16); its report is the run's result.
+        assert run.is_failed() and "missing inventory" in (run.message or ""), run
+        broken = await run.result(raise_on_failure=False)
         assert not broken["passed"]
         assert (broken["enrollment"], broken["heartbeat"], broken["inventory"]) == (
             True,
@@ -306,11 +313,18 @@ async def test_the_enrollment_check_passes_on_a_healthy_cluster_and_names_what_i
         )
         assert "Missing: inventory" in broken["report"]
         assert "clusterAgent.clusterSlug" in broken["report"]
-        nothing = await asyncio.to_thread(
-            enrollment_check, cluster_slug="never-onboarded", deadline_seconds=1, poll_seconds=0.2
+        unregistered = await asyncio.to_thread(
+            enrollment_check,
+            cluster_slug="never-onboarded",
+            deadline_seconds=1,
+            poll_seconds=0.2,
+            return_state=True,
         )
-        assert "Cluster not appearing in Console" in nothing["report"]
-        assert "verify the install token" in nothing["report"]
+        assert unregistered.is_failed()
+        assert "no cluster with this slug" in (unregistered.message or "")
+        nothing = await unregistered.result(raise_on_failure=False)
+        assert "No cluster with this slug in the Console" in nothing["report"]
+        assert "/clusters/add" in nothing["report"]
     finally:
         await good.close()
         await silent.close()

@@ -115,10 +115,12 @@ def test_abort_from_the_console_ends_a_paused_flow(flow_console):
             waves={"canary_size": 1, "percentages": [100]},
             criteria=[{"failure_type": "any", "threshold_count": 1}],
         )
-        outcome = {}
+        states = []
         thread = threading.Thread(
-            target=lambda: outcome.update(
-                fleet_rollout(rollout_id=r["id"], poll_seconds=0.1, decision_poll_seconds=1)
+            target=lambda: states.append(
+                fleet_rollout(
+                    rollout_id=r["id"], poll_seconds=0.1, decision_poll_seconds=1, return_state=True
+                )
             )
         )
         thread.start()
@@ -127,6 +129,11 @@ def test_abort_from_the_console_ends_a_paused_flow(flow_console):
         with flow_console.client() as c:
             c.post(f"/api/v1/fleet/rollouts/{r['id']}/abort", json={"reason": "bad build"})
         thread.join(timeout=60)
+        (state,) = states
+        # An aborted rollout is a Failed flow run, not a Completed one (issue 16.16).
+        assert state.is_failed(), state
+        assert "ended aborted" in (state.message or "")
+        outcome = state.result(raise_on_failure=False)
         assert outcome["state"] == "aborted"
         later = [t for t in _get(flow_console, r["id"])["targets"] if t["wave"] > 0]
         assert later, "no later wave to hold back"
