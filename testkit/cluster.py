@@ -288,10 +288,15 @@ class KubeCluster:
                 core.create_persistent_volume(_volume(f"pv-{index:03d}"))  # type: ignore[arg-type]
 
     def add_nodes(
-        self, names: list[str], labels: Mapping[str, str] | None = None, timeout: float = 60
+        self,
+        names: list[str],
+        labels: Mapping[str, str] | None = None,
+        taints: list[dict[str, str]] | None = None,
+        timeout: float = 60,
     ) -> None:
-        """More kwok Nodes (``labels`` added to the usual ones), waited on until Ready. They
-        are not counted in ``nodes``: a test that adds them removes them (:meth:`delete_nodes`)."""
+        """More kwok Nodes (``labels`` added to the usual ones, ``taints`` on them), waited on
+        until Ready. They are not counted in ``nodes``: a test that adds them removes them
+        (:meth:`delete_nodes`)."""
         import kubernetes.client as k8s
 
         with self.api_client() as client:
@@ -299,6 +304,8 @@ class KubeCluster:
             for name in names:
                 node = _kwok_node(name)
                 node["metadata"]["labels"].update(labels or {})
+                if taints:
+                    node["spec"] = {"taints": taints}
                 core.create_node(node)  # type: ignore[arg-type]
         wanted = set(names)
         self._wait(
@@ -370,7 +377,7 @@ class KubeCluster:
         import kubernetes.client as k8s
 
         with self.api_client() as client:
-            nodes = k8s.CoreV1Api(client).list_node().items
+            nodes: list[Any] = k8s.CoreV1Api(client).list_node().items
         return {
             str(n.metadata.name)
             for n in nodes

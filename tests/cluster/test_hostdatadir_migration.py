@@ -181,8 +181,8 @@ def test_helm_upgrade_reuse_values_moves_21_nodes_each_onto_its_old_record(
                 assert (rows[name]["why"], rows[name]["record"]) == ("no_evidence", old_ids[name])
             elif cls == REBIND:
                 assert rows[name]["record"] == old_ids[name]
-        revision_before = {p["metadata"]["labels"]["controller-revision-hash"]
-                           for p in cluster_cli.pods_of(namespace, "DaemonSet", DAEMONSET)}  # fmt: skip
+        first_pods = cluster_cli.pods_of(namespace, "DaemonSet", DAEMONSET)
+        revision_before = {p["metadata"]["labels"]["controller-revision-hash"] for p in first_pods}
         assert len(revision_before) == 1
 
         started = time.monotonic()
