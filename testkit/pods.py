@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testkit.agents import AgentProcess
+from testkit.agents import AgentProcess, agent_env
 
 SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -99,13 +99,14 @@ class PodSandbox:
             }
         )
         data_dir = Path(env.get("PROXIMA_DATA_DIR") or rootfs / "var/lib/proxima-agent")
-        return AgentProcess(
+        agent = AgentProcess(
             data_dir,
-            name=None,
-            agent_type=env.get("PROXIMA_AGENT_TYPE", "host"),
-            env=env,
+            name=env.get("PROXIMA_AGENT_NAME"),
             log_path=self.workdir / "logs" / f"{meta['name']}-{meta['uid'][:8]}.log",
         )
+        # Only what the pod says (and the test's overlay): not the kit's fast test settings.
+        agent.env = {**agent_env(), **env}
+        return agent
 
     def _env(self, pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
         env: dict[str, str] = {}
