@@ -3,9 +3,10 @@
 For a cluster slug, wait — with a deadline and a live progress artifact — for the cluster
 agent's enrollment, its first heartbeat and the first inventory sync, as the Console judges them
 (``GET /api/v1/clusters/{slug}/onboarding``: the gates the web wizard shows, one
-implementation); count the node agents that enrolled against the nodes that exist (read from
-Kubernetes). End with a pass/fail report naming what is missing and the likely cause from the
-seed's Common Issues table.
+implementation); count the node agents that enrolled against the nodes the node-agent
+DaemonSet is scheduled on, as its controller counts them (read from Kubernetes on every poll;
+every node where no such DaemonSet exists). End with a pass/fail report naming what is missing
+and the likely cause from the seed's Common Issues table.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from prefect.states import Failed
 
 from contracts.views import ClusterView, OnboardingStatus
 from flows.console_client import ConsoleApiError, ConsoleClient, ConsoleUnavailable
-from flows.kube import KubeTarget, api_client, node_names
+from flows.kube import KubeTarget, NodeAgentCoverage, api_client, node_agent_coverage
 from flows.settings import FlowSettings
 
 T = TypeVar("T")
@@ -72,7 +73,7 @@ GATES = ("enrollment", "heartbeat", "inventory")
 @dataclass
 class CheckState:
     """Where a cluster's onboarding stands: the Console's three gates (as its wizard shows
-    them), and the node count, the one thing only the cluster knows."""
+    them), and the node agents expected, the one thing only the cluster knows."""
 
     registered: bool = True
     """False: the Console has no cluster with this slug (its onboarding answered 404)."""
@@ -81,6 +82,9 @@ class CheckState:
     inventory: bool = False
     node_agents: int = 0
     nodes: int | None = None
+    """Node agents expected: the nodes the node-agent DaemonSets are scheduled on."""
+    cluster_nodes: int | None = None
+    """Every node of the cluster (some may by design run no node agent: nodeSelector, taints)."""
     collector: str | None = None
     notes: list[str] = field(default_factory=list)
     details: dict[str, str] = field(default_factory=dict)
@@ -94,10 +98,13 @@ class CheckState:
         return sum([self.enrollment, self.heartbeat, self.inventory, self.nodes_ok])
 
 
-def observe(status: OnboardingStatus | None, nodes: int | None) -> CheckState:
-    """The gates as the Console judges them (``None``: no such cluster yet); ``nodes`` is the
-    cluster's node count (``None``: not counted)."""
-    state = CheckState(nodes=nodes)
+def observe(
+    status: OnboardingStatus | None, nodes: int | None, cluster_nodes: int | None = None
+) -> CheckState:
+    """The gates as the Console judges them (``None``: no such cluster yet); ``nodes`` is how
+    many node agents the cluster should have (``None``: not counted), ``cluster_nodes`` its
+    node count."""
+    state = CheckState(nodes=nodes, cluster_nodes=cluster_nodes)
     if status is None:
         state.registered = False
         return state
@@ -118,9 +125,23 @@ def describe_cluster(state: CheckState, cluster: ClusterView | None) -> CheckSta
     return state
 
 
-@task(name="count-nodes", retries=2, retry_delay_seconds=2)
-def count_nodes(kubeconfig: str | None) -> int:
-    return len(node_names(api_client(KubeTarget(kubeconfig=kubeconfig))))
+class NodeCounter:
+    """Reads, on every poll, how many node agents the cluster should have: the DaemonSet
+    controller's count of the nodes it schedules the node agent on (a DaemonSet installed while
+    the check runs is counted as soon as its controller has)."""
+
+    def __init__(self, kubeconfig: str | None) -> None:
+        self.api = api_client(KubeTarget(kubeconfig=kubeconfig))
+        self.last: NodeAgentCoverage | None = None
+
+    def __call__(self) -> NodeAgentCoverage:
+        try:
+            self.last = node_agent_coverage(self.api)
+        except Exception as exc:  # the API briefly unreachable: the last count stands
+            if self.last is None:
+                raise
+            get_run_logger().warning("cannot count the nodes (%s): keeping the last count", exc)
+        return self.last
 
 
 def _not_found_is_none(read: Callable[[str], T], slug: str) -> T | None:
@@ -134,7 +155,11 @@ def _not_found_is_none(read: Callable[[str], T], slug: str) -> T | None:
 
 @task(name="wait-for-enrollment")
 def wait_for_enrollment(
-    slug: str, deadline_seconds: float, poll_seconds: float, nodes: int | None
+    slug: str,
+    deadline_seconds: float,
+    poll_seconds: float,
+    check_nodes: bool,
+    kubeconfig: str | None = None,
 ) -> CheckState:
     log = get_run_logger()
     progress = create_progress_artifact(
@@ -143,10 +168,12 @@ def wait_for_enrollment(
     assert isinstance(progress, UUID)  # sync context: the id, not a coroutine
     deadline = time.monotonic() + deadline_seconds
     last = -1
+    count = NodeCounter(kubeconfig) if check_nodes else None
     with ConsoleClient(FlowSettings()) as console:
         while True:
+            coverage = count() if count else None
             try:
-                state = observe(_not_found_is_none(console.onboarding, slug), nodes)
+                status = _not_found_is_none(console.onboarding, slug)
             except (httpx.TransportError, ConsoleUnavailable) as exc:
                 # One lost connection is not a verdict: keep asking until the deadline.
                 log.warning("the Console did not answer (%s); asking again", exc)
@@ -154,6 +181,11 @@ def wait_for_enrollment(
                     raise
                 time.sleep(poll_seconds)
                 continue
+            state = observe(
+                status,
+                coverage.expected if coverage else None,
+                coverage.nodes if coverage else None,
+            )
             if state.done() != last:
                 update_progress_artifact(progress, 100 * state.done() / 4, description=_line(state))
                 log.info("%s", _line(state))
@@ -167,9 +199,20 @@ def wait_for_enrollment(
 def _line(s: CheckState) -> str:
     mark = {True: "ok", False: "waiting"}
     nodes = f"{s.node_agents}/{s.nodes}" if s.nodes is not None else f"{s.node_agents}"
+    nodes += _uncovered(s)
     return (
         f"enrollment {mark[s.enrollment]}, heartbeat {mark[s.heartbeat]}, first inventory "
         f"{mark[s.inventory]}, node agents {nodes}"
+    )
+
+
+def _uncovered(s: CheckState) -> str:
+    """Nodes the node-agent DaemonSet is not scheduled on, said beside the count."""
+    if s.nodes is None or s.cluster_nodes is None or s.cluster_nodes == s.nodes:
+        return ""
+    return (
+        f" (the node-agent DaemonSet is scheduled on {s.nodes} of the {s.cluster_nodes} nodes: "
+        "its nodeSelector, affinity and tolerations leave the others out)"
     )
 
 
@@ -187,6 +230,7 @@ def report(slug: str, state: CheckState) -> tuple[bool, str]:
     if state.nodes is not None:
         lines.append(
             f"- {'✅' if state.nodes_ok else '❌'} node agents {state.node_agents}/{state.nodes}"
+            + _uncovered(state)
         )
         if not state.nodes_ok:
             missing.append("nodes")
@@ -213,9 +257,11 @@ def enrollment_check(
     check_nodes: bool = False,
 ) -> dict[str, Any]:
     """Wait for a cluster's collector to enroll, heartbeat and sync (the Console's onboarding
-    gates, the same the wizard shows); count node agents against the cluster's nodes."""
-    nodes = count_nodes(kubeconfig) if check_nodes else None
-    state = wait_for_enrollment(cluster_slug, deadline_seconds, poll_seconds, nodes)
+    gates, the same the wizard shows); with ``check_nodes``, count node agents against the
+    nodes the node-agent DaemonSet is scheduled on (every node where there is none)."""
+    state = wait_for_enrollment(
+        cluster_slug, deadline_seconds, poll_seconds, check_nodes, kubeconfig
+    )
     passed, text = report(cluster_slug, state)
     create_markdown_artifact(
         text,

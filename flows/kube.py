@@ -9,6 +9,7 @@ from typing import Any
 from flows.audit_rules import DaemonSetFact
 
 AGENT_SELECTOR = "app.kubernetes.io/name=proxima-agent"
+NODE_AGENT_SELECTOR = f"{AGENT_SELECTOR},app.kubernetes.io/component=node-agent"
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,42 @@ def node_names(api: Any) -> list[str]:
 
     items: list[Any] = client.CoreV1Api(api).list_node().items
     return sorted(str(n.metadata.name) for n in items)
+
+
+@dataclass(frozen=True)
+class NodeAgentCoverage:
+    """How many node agents a cluster should have: the nodes, and how many of them the node-agent
+    DaemonSets are scheduled on as their controller counts it (``desiredNumberScheduled``: the
+    nodeSelector, affinity and taints decided by Kubernetes itself)."""
+
+    nodes: int
+    scheduled: int | None
+    """``None``: no node-agent DaemonSet found, or its controller has not counted yet (every
+    node is then counted)."""
+
+    @property
+    def expected(self) -> int:
+        return self.nodes if self.scheduled is None else self.scheduled
+
+
+def node_agent_coverage(api: Any) -> NodeAgentCoverage:
+    from kubernetes import client
+
+    daemonsets: list[Any] = (
+        client.AppsV1Api(api)
+        .list_daemon_set_for_all_namespaces(label_selector=NODE_AGENT_SELECTOR)
+        .items
+    )
+    synced = all(
+        ds.status is not None
+        and ds.status.observed_generation is not None
+        and ds.status.observed_generation >= (ds.metadata.generation or 0)
+        for ds in daemonsets
+    )
+    scheduled = None
+    if daemonsets and synced:  # else the controller has not counted yet: every node counts
+        scheduled = sum(int(ds.status.desired_number_scheduled or 0) for ds in daemonsets)
+    return NodeAgentCoverage(nodes=len(node_names(api)), scheduled=scheduled)
 
 
 def agent_daemonsets(api: Any, namespace: str | None = None) -> list[DaemonSetFact]:

@@ -287,6 +287,48 @@ class KubeCluster:
             for index in range(self.volumes):
                 core.create_persistent_volume(_volume(f"pv-{index:03d}"))  # type: ignore[arg-type]
 
+    def add_nodes(
+        self,
+        names: list[str],
+        labels: Mapping[str, str] | None = None,
+        taints: list[dict[str, str]] | None = None,
+        timeout: float = 60,
+    ) -> None:
+        """More kwok Nodes (``labels`` added to the usual ones, ``taints`` on them), waited on
+        until Ready. They are not counted in ``nodes``: a test that adds them removes them
+        (:meth:`delete_nodes`)."""
+        import kubernetes.client as k8s
+
+        with self.api_client() as client:
+            core = k8s.CoreV1Api(client)
+            for name in names:
+                node = _kwok_node(name)
+                node["metadata"]["labels"].update(labels or {})
+                if taints:
+                    node["spec"] = {"taints": taints}
+                core.create_node(node)  # type: ignore[arg-type]
+        wanted = set(names)
+        self._wait(
+            lambda: wanted <= self._ready_node_names(),
+            f"{len(names)} more Ready kwok nodes",
+            timeout,
+            time.monotonic(),
+        )
+
+    def delete_nodes(self, names: list[str]) -> None:
+        """Delete Nodes (their pods are then garbage-collected by the controller-manager)."""
+        import kubernetes.client as k8s
+        from kubernetes.client.exceptions import ApiException
+
+        with self.api_client() as client:
+            core = k8s.CoreV1Api(client)
+            for name in names:
+                try:
+                    core.delete_node(name)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+
     # -- readiness -------------------------------------------------------------------------
 
     def _pki(self) -> ClusterPki:
@@ -331,18 +373,20 @@ class KubeCluster:
             k8s.CoreV1Api(client).read_namespaced_service_account("default", "default")
         return True
 
-    def _nodes_ready(self) -> bool:
+    def _ready_node_names(self) -> set[str]:
         import kubernetes.client as k8s
 
         with self.api_client() as client:
-            nodes = k8s.CoreV1Api(client).list_node().items
-        ready = [
-            n
+            nodes: list[Any] = k8s.CoreV1Api(client).list_node().items
+        return {
+            str(n.metadata.name)
             for n in nodes
             if n.status
             and any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
-        ]
-        return len(ready) >= self.nodes
+        }
+
+    def _nodes_ready(self) -> bool:
+        return len(self._ready_node_names()) >= self.nodes
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -371,13 +415,21 @@ class KubeCluster:
         path.chmod(0o600)
         return path
 
-    def api_client(self, kubeconfig: Path | None = None) -> Any:
-        """An official-client ApiClient (its own Configuration), admin unless told otherwise."""
+    def api_client(self, kubeconfig: Path | None = None, pool: int | None = None) -> Any:
+        """An official-client ApiClient (its own Configuration), admin unless told otherwise;
+        ``pool``: connections kept per host, for a client many threads share."""
+        import kubernetes.client
         import kubernetes.config
 
-        return kubernetes.config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(kubeconfig or self.admin_kubeconfig)
+        configuration = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=str(kubeconfig or self.admin_kubeconfig),
+            client_configuration=configuration,
+            persist_config=False,
         )
+        if pool is not None:
+            configuration.connection_pool_maxsize = pool
+        return kubernetes.client.ApiClient(configuration)
 
 
 _BINARIES = (

@@ -233,6 +233,17 @@ def test_the_enrollment_check_takes_the_consoles_gates_and_counts_nodes_itself()
     assert done.done() == 4 and report("prod", done)[0]
 
 
+def test_the_enrollment_check_counts_the_nodes_the_daemonset_is_scheduled_on():
+    """A node the node-agent DaemonSet leaves out (a tainted control plane) is not missing."""
+    done = observe(_status(enrollment=True, heartbeat=True, inventory=True), 2, cluster_nodes=3)
+    passed, text = report("prod", done)
+    assert passed and done.nodes_ok
+    assert "node agents 2/2 (the node-agent DaemonSet is scheduled on 2 of the 3 nodes" in text
+    every = observe(_status(enrollment=True, heartbeat=True, inventory=True), 3, cluster_nodes=3)
+    assert not report("prod", every)[0]
+    assert "node agents 2/3\n" in report("prod", every)[1] + "\n"
+
+
 def test_identity_release_rows_show_the_consoles_answer():
     refused = ReleaseDecision(
         agent_id="a",
