@@ -166,10 +166,12 @@ def test_the_wizards_commands_onboard_the_real_cluster_and_enrollment_check_pass
 
     kubeconfig = str(kube_cluster.admin_kubeconfig)
     # Before anything is installed, the check fails and says what is missing.
-    early = enrollment_check(
+    run = enrollment_check(
         cluster_slug=SLUG, deadline_seconds=0.5, poll_seconds=0.2, kubeconfig=kubeconfig,
-        check_nodes=True,
+        check_nodes=True, return_state=True,
     )  # fmt: skip
+    assert run.is_failed(), run  # a failing check is a Failed run
+    early = run.result(raise_on_failure=False)
     assert not early["passed"]
     assert "**Missing: enrollment, heartbeat, inventory, nodes.**" in early["report"]
     # No node-agent DaemonSet yet: every node is counted.
