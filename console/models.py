@@ -116,6 +116,10 @@ class Agent(SQLModel, table=True):
         ),
         # Keys are unique across all records (issue 11): one key, one identity, one revocation.
         Index("ix_agent_nats_public_key", "nats_public_key", unique=True),
+        # The fleet list filters and counts in SQL (migration 0010): status by last sign of life,
+        # the version filter and the fleet's version list.
+        Index("ix_agent_env_last_seen", "environment_id", "last_seen_at"),
+        Index("ix_agent_env_version", "environment_id", "version"),
     )
 
     id: str = Field(default_factory=new_id, primary_key=True, max_length=32)
@@ -274,6 +278,8 @@ class RolloutTarget(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("rollout_id", "agent_id", name="uq_rollout_target_agent"),
         Index("ix_rollout_target_rollout_wave", "rollout_id", "wave"),
+        # the timeout sweep: dispatched targets past their deadline (migration 0010)
+        Index("ix_rollout_target_status_deadline", "status", "deadline_at"),
     )
 
     id: int | None = Field(default=None, primary_key=True)

@@ -156,7 +156,7 @@ class ConsoleClient:
             )
             items.extend(page.items)
             offset += len(page.items)
-            if not page.items or offset >= page.total:
+            if len(page.items) < 1000:  # a short page is the last (``total`` may be capped)
                 return items
 
     def agent(self, agent_id: str) -> AgentDetailView:

@@ -1,0 +1,32 @@
+"""indexes for the fleet list filtered in SQL and for the timeout sweep
+
+Revision ID: 0010_fleet_indexes
+Revises: 0009_unique_keys
+Create Date: 2026-12-01 18:45:00.000000
+"""
+
+from collections.abc import Sequence
+
+from alembic import op
+
+
+revision: str = '0010_fleet_indexes'
+down_revision: str | None = '0009_unique_keys'
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table('agent', schema=None) as batch_op:
+        batch_op.create_index('ix_agent_env_last_seen', ['environment_id', 'last_seen_at'])
+        batch_op.create_index('ix_agent_env_version', ['environment_id', 'version'])
+    with op.batch_alter_table('rollout_target', schema=None) as batch_op:
+        batch_op.create_index('ix_rollout_target_status_deadline', ['status', 'deadline_at'])
+
+
+def downgrade() -> None:
+    with op.batch_alter_table('rollout_target', schema=None) as batch_op:
+        batch_op.drop_index('ix_rollout_target_status_deadline')
+    with op.batch_alter_table('agent', schema=None) as batch_op:
+        batch_op.drop_index('ix_agent_env_version')
+        batch_op.drop_index('ix_agent_env_last_seen')
