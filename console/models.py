@@ -116,9 +116,16 @@ class Agent(SQLModel, table=True):
         ),
         # Keys are unique across all records (issue 11): one key, one identity, one revocation.
         Index("ix_agent_nats_public_key", "nats_public_key", unique=True),
-        # The fleet list filters and counts in SQL (migration 0010): status by last sign of life,
+        # The fleet list filters and counts in SQL (migration 0010): status (covered: the last
+        # sign of life, revoked, released),
         # the version filter and the fleet's version list.
-        Index("ix_agent_env_last_seen", "environment_id", "last_seen_at"),
+        Index(
+            "ix_agent_env_last_seen",
+            "environment_id",
+            "last_seen_at",
+            "revoked_at",
+            "nats_public_key",
+        ),
         Index("ix_agent_env_version", "environment_id", "version"),
     )
 
@@ -226,6 +233,38 @@ class Artifact(SQLModel, table=True):
     size_bytes: int | None = None
     hosted: bool = False
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class ArtifactBlob(SQLModel, table=True):
+    """The bytes of a hosted build, by SHA-256, in the database so that every Console replica
+    serves them (``console.services.artifact_blobs``); its ``ArtifactChunk`` rows hold them."""
+
+    __tablename__ = "artifact_blob"
+
+    sha256: str = Field(primary_key=True, max_length=64)
+    size_bytes: int
+    chunk_count: int
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ArtifactChunk(SQLModel, table=True):
+    """One piece (at most ``artifact_blobs.CHUNK_BYTES``) of a build, in order by ``seq``."""
+
+    __tablename__ = "artifact_chunk"
+
+    sha256: str = Field(foreign_key="artifact_blob.sha256", primary_key=True, max_length=64)
+    seq: int = Field(primary_key=True)
+    data: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+
+
+class Lease(SQLModel, table=True):
+    """Who does a piece of background work now (``console.services.leases``): one row per job,
+    held by one Console replica until ``expires_at``."""
+
+    name: str = Field(primary_key=True, max_length=64)
+    holder: str = Field(max_length=64)
+    expires_at: datetime
+    acquired_at: datetime = Field(default_factory=utcnow)
 
 
 class Rollout(SQLModel, table=True):

@@ -128,7 +128,7 @@ class ConsoleRuntime:
     async def start(self) -> None:
         s = self.settings
         _private_data(s.data_dir)
-        await asyncio.to_thread(migrate, self.database_url)
+        await asyncio.to_thread(lambda: migrate(self.database_url, data_dir=s.data_dir))
         await self.units.run(lambda uow: clear_out_of_bounds(uow.session), write=True)
         seed = load_or_create_seed(s.data_dir / "console.nk")
         self.authority = NatsAuthority.load_or_create(s.data_dir / "nats-keys")

@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Final
 
-from sqlalchemy import Select, func
-from sqlmodel import col, select
+from sqlalchemy import Select, func, literal
+from sqlmodel import Session, col, select
 
 from console.auth import Principal
 from console.core.clock import utcnow
-from console.models import Agent, AgentEvidence
+from console.models import Agent, AgentEvidence, Environment
 from console.schemas import Scope
 from console.services.agent_records import load_agent
 from console.services.fleet_filters import flag_condition, label_condition, status_condition
@@ -21,7 +21,7 @@ from contracts.agent_types import AgentType
 from contracts.views import AgentDetailView, AgentPage
 from contracts.vocabulary import AgentFlag, AgentStatus
 
-TOTAL_COUNT_CAP: Final = 10_000
+TOTAL_COUNT_CAP: Final = 1_000
 """A page counts its matches up to this many (``total_capped`` past it): counting every match
 would make the cost of one page grow with the fleet."""
 
@@ -38,11 +38,10 @@ def _filtered(
     now: datetime,
     stale_seconds: float,
 ) -> Select[tuple[str]]:
-    """The ids of the caller's environment's agents that match, as one query."""
-    query = select(Agent.id).where(
-        Agent.client_id == principal.client_id,
-        Agent.environment_id == principal.environment_id,
-    )
+    """The ids of the caller's environment's agents that match, as one query. It filters on
+    the environment alone (an environment belongs to one client, checked once per page by
+    ``_environment_is_callers``) so that indexes led by ``environment_id`` cover it."""
+    query = select(Agent.id).where(Agent.environment_id == principal.environment_id)
     if agent_type:
         query = query.where(Agent.agent_type == agent_type.value)
     if version:
@@ -56,6 +55,11 @@ def _filtered(
     if label:
         query = query.where(label_condition(label))
     return query
+
+
+def _environment_is_callers(session: Session, principal: Principal) -> bool:
+    environment = session.get(Environment, principal.environment_id)
+    return environment is not None and environment.client_id == principal.client_id
 
 
 async def list_agents(
@@ -90,7 +94,10 @@ async def list_agents(
             now=now,
             stale_seconds=stale,
         )
-        capped = matching.limit(TOTAL_COUNT_CAP + 1).subquery()
+        if not _environment_is_callers(session, principal):
+            return AgentPage(items=[], total=0, limit=limit, offset=offset)
+        counted = matching.with_only_columns(literal(1))  # no table read where an index covers
+        capped = counted.limit(TOTAL_COUNT_CAP + 1).subquery()
         total = session.exec(select(func.count()).select_from(capped)).one()
         ids = matching.order_by(col(Agent.agent_type), col(Agent.name), col(Agent.id))
         page_ids = session.exec(ids.limit(limit).offset(offset)).all()

@@ -36,7 +36,9 @@ def status_condition(
         return and_(col(Agent.revoked_at).is_(None), col(Agent.nats_public_key).is_(None))
     if status is AgentStatus.ONLINE:
         return and_(holds, seen_recently)
-    return and_(holds, or_(col(Agent.last_seen_at).is_(None), ~seen_recently))
+    # "never seen, or seen before the cutoff": two ranges of the index a planner can join
+    cutoff = online_cutoff(now, stale_after_seconds=stale_seconds)
+    return and_(holds, or_(col(Agent.last_seen_at) < cutoff, col(Agent.last_seen_at).is_(None)))
 
 
 def flag_condition(flag: AgentFlag, *, now: datetime, stale_seconds: float) -> ColumnElement[bool]:

@@ -1,4 +1,5 @@
-"""indexes for the fleet list filtered in SQL and for the timeout sweep
+"""indexes for the fleet list filtered in SQL and for the timeout sweep; leases for the
+background work of several Console replicas
 
 Revision ID: 0010_fleet_indexes
 Revises: 0009_unique_keys
@@ -7,6 +8,8 @@ Create Date: 2026-12-01 18:45:00.000000
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
+import sqlmodel
 from alembic import op
 
 
@@ -17,8 +20,21 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    op.create_table(
+        'lease',
+        sa.Column('name', sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
+        sa.Column('holder', sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
+        sa.Column('expires_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
+        sa.Column('acquired_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
+        sa.PrimaryKeyConstraint('name'),
+    )
     with op.batch_alter_table('agent', schema=None) as batch_op:
-        batch_op.create_index('ix_agent_env_last_seen', ['environment_id', 'last_seen_at'])
+        # covers the status conditions (revoked, released, last sign of life): counted from
+        # the index alone
+        batch_op.create_index(
+            'ix_agent_env_last_seen',
+            ['environment_id', 'last_seen_at', 'revoked_at', 'nats_public_key'],
+        )
         batch_op.create_index('ix_agent_env_version', ['environment_id', 'version'])
     with op.batch_alter_table('rollout_target', schema=None) as batch_op:
         batch_op.create_index('ix_rollout_target_status_deadline', ['status', 'deadline_at'])
@@ -30,3 +46,4 @@ def downgrade() -> None:
     with op.batch_alter_table('agent', schema=None) as batch_op:
         batch_op.drop_index('ix_agent_env_version')
         batch_op.drop_index('ix_agent_env_last_seen')
+    op.drop_table('lease')
