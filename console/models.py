@@ -304,6 +304,13 @@ class Rollout(SQLModel, table=True):
         description="result counts when last resumed: only later results are judged",
     )
     flow_run_id: str | None = Field(default=None, max_length=64)
+    driver_lost_at: datetime | None = Field(
+        default=None, description="when the sweep found the flow run gone (rollouts.drivers)"
+    )
+    driver_lost_reason: str | None = Field(
+        default=None, max_length=16, description="a DriverLostReason"
+    )
+    driver_lost_detail: str | None = Field(default=None, max_length=512)
     created_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = None
     stalled_at: datetime | None = None

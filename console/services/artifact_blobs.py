@@ -17,7 +17,7 @@ from typing import BinaryIO, Final
 from sqlmodel import Session, select
 
 from console.models import ArtifactBlob, ArtifactChunk
-from console.services.unit_of_work import UnitsOfWork
+from console.services.unit_of_work import UnitOfWork, UnitsOfWork
 
 __all__ = ["CHUNK_BYTES", "BlobIntegrityError", "has_blob", "store_blob", "stream_blob"]
 
@@ -69,12 +69,13 @@ async def stream_blob(units: UnitsOfWork, sha256: str, chunk_count: int) -> Asyn
     """The build's bytes, one chunk (one short read transaction) at a time."""
     for seq in range(chunk_count):
 
-        def read(uow, seq: int = seq) -> bytes | None:  # type: ignore[no-untyped-def]
-            return uow.session.exec(
+        def read(uow: UnitOfWork, seq: int = seq) -> bytes | None:
+            data: bytes | None = uow.session.exec(
                 select(ArtifactChunk.data).where(
                     ArtifactChunk.sha256 == sha256, ArtifactChunk.seq == seq
                 )
             ).first()
+            return data
 
         data = await units.run(read)
         if data is None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Final
 
-from sqlalchemy import Select, func, literal
+from sqlalchemy import func, literal
 from sqlmodel import Session, col, select
+from sqlmodel.sql.expression import SelectOfScalar
 
 from console.auth import Principal
 from console.core.clock import utcnow
@@ -37,7 +38,7 @@ def _filtered(
     label: str | None,
     now: datetime,
     stale_seconds: float,
-) -> Select[tuple[str]]:
+) -> SelectOfScalar[str]:
     """The ids of the caller's environment's agents that match, as one query. It filters on
     the environment alone (an environment belongs to one client, checked once per page by
     ``_environment_is_callers``) so that indexes led by ``environment_id`` cover it."""

@@ -10,6 +10,7 @@ checks that each condition selects exactly the records whose computed view says 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import ColumnElement, and_, exists, false, or_, true
 from sqlmodel import col, select
@@ -29,7 +30,8 @@ def status_condition(
     online (seen at or after the cutoff) or offline."""
     revoked = col(Agent.revoked_at).is_not(None)
     holds = and_(col(Agent.revoked_at).is_(None), col(Agent.nats_public_key).is_not(None))
-    seen_recently = col(Agent.last_seen_at) >= online_cutoff(now, stale_after_seconds=stale_seconds)
+    cutoff = online_cutoff(now, stale_after_seconds=stale_seconds)
+    seen_recently = col(Agent.last_seen_at) >= cutoff
     if status is AgentStatus.REVOKED:
         return revoked
     if status is AgentStatus.RELEASED:
@@ -37,7 +39,6 @@ def status_condition(
     if status is AgentStatus.ONLINE:
         return and_(holds, seen_recently)
     # "never seen, or seen before the cutoff": two ranges of the index a planner can join
-    cutoff = online_cutoff(now, stale_after_seconds=stale_seconds)
     return and_(holds, or_(col(Agent.last_seen_at) < cutoff, col(Agent.last_seen_at).is_(None)))
 
 
@@ -72,4 +73,6 @@ def label_condition(label: str) -> ColumnElement[bool]:
     """``k=v``: the record's label ``k`` is ``v`` (a JSON path both SQLite and PostgreSQL
     evaluate; the key travels as a bound parameter)."""
     key, _, value = label.partition("=")
-    return Agent.labels[key].as_string() == value  # type: ignore[index]
+    labels: Any = col(Agent.labels)
+    condition: ColumnElement[bool] = labels[key].as_string() == value
+    return condition

@@ -92,9 +92,7 @@ async def test_labels_names_and_pages_are_filtered_in_the_query_in_a_stable_orde
     assert [v.name for v in labelled.items] == ["mix-011"]
     assert (await fleet.list_agents(services.rt, p, label="cluster=eu-2")).total == 0
     assert (await fleet.list_agents(services.rt, p, name="%")).total == 0  # LIKE is escaped
-    pages = [
-        (await fleet.list_agents(services.rt, p, limit=5, offset=o)).items for o in (0, 5, 10)
-    ]
+    pages = [(await fleet.list_agents(services.rt, p, limit=5, offset=o)).items for o in (0, 5, 10)]
     names = [v.name for page in pages for v in page]
     assert names == sorted(names) and len(set(names)) == 12
 

@@ -238,8 +238,10 @@ async def test_an_operator_resume_resumes_the_paused_flow_run_after_commit(
     services.effects.clear()
     resumed = await lifecycle.transition(services.rt, services.principal, rollout.id, "resume")
     assert resumed.state == RolloutState.RUNNING
-    assert services.effects.timeline == [
+    # the reads before it (the driver check) commit too; the resume follows the decision's commit
+    assert services.effects.timeline[-2:] == [
         "commit",
         FlowResumed("flow-run-1", {"decision": "resume"}),
     ]
+    assert services.effects.of(FlowResumed) == [FlowResumed("flow-run-1", {"decision": "resume"})]
     assert isinstance(canary, CommandSent)

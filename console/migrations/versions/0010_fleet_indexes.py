@@ -1,5 +1,5 @@
 """indexes for the fleet list filtered in SQL and for the timeout sweep; leases for the
-background work of several Console replicas
+background work of several Console replicas; a rollout's lost driver
 
 Revision ID: 0010_fleet_indexes
 Revises: 0009_unique_keys
@@ -28,6 +28,10 @@ def upgrade() -> None:
         sa.Column('acquired_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint('name'),
     )
+    with op.batch_alter_table('rollout', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('driver_lost_at', sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True))
+        batch_op.add_column(sa.Column('driver_lost_reason', sqlmodel.sql.sqltypes.AutoString(length=16), nullable=True))
+        batch_op.add_column(sa.Column('driver_lost_detail', sqlmodel.sql.sqltypes.AutoString(length=512), nullable=True))
     with op.batch_alter_table('agent', schema=None) as batch_op:
         # covers the status conditions (revoked, released, last sign of life): counted from
         # the index alone
@@ -47,3 +51,7 @@ def downgrade() -> None:
         batch_op.drop_index('ix_agent_env_version')
         batch_op.drop_index('ix_agent_env_last_seen')
     op.drop_table('lease')
+    with op.batch_alter_table('rollout', schema=None) as batch_op:
+        batch_op.drop_column('driver_lost_detail')
+        batch_op.drop_column('driver_lost_reason')
+        batch_op.drop_column('driver_lost_at')
