@@ -18,7 +18,6 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 from sqlalchemy import insert
 
 from console.core.db import make_engine

@@ -15,8 +15,8 @@ test passes, strict xfail turns that into a failure, and the mark is removed.
 from __future__ import annotations
 
 import ast
-from datetime import timedelta
 import functools
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
