@@ -13,6 +13,7 @@ from contracts.rollouts import ArtifactRef, RolloutPublic, TargetPublic
 from contracts.views import OnboardingCheck, OnboardingStatus, ReleaseDecision
 from contracts.vocabulary import (
     CommandFailureKind,
+    DriverLostReason,
     ErrorReason,
     InventoryProblemKind,
     ReleaseOutcome,
@@ -88,6 +89,19 @@ def test_a_read_only_self_update_is_found_by_its_failure_kind_not_its_text():
         ],
     )
     assert _names(facts) == [("self_update_on_read_only_image", "by-kind")]
+
+
+def test_a_rollout_without_its_driver_is_a_finding_with_the_fix():
+    lost = _rollout().model_copy(
+        update={
+            "driver_lost_reason": DriverLostReason.CANCELLED,
+            "driver_lost_detail": "flow run f-1 is Cancelled",
+        }
+    )
+    findings = evaluate(AuditFacts(agents=[], rollouts=[_rollout(), lost]))
+    assert [(f.name, f.subject_id) for f in findings] == [("rollout_driver_lost", "r-1")]
+    assert "restart-driver" in (findings[0].fix or "")
+    assert findings[0].detail["reason"] == "cancelled"
 
 
 def test_forbidden_argo_rollouts_is_found_by_the_inventory_problem_kind():
