@@ -87,7 +87,7 @@ def migrate() -> None:
 
     settings = _settings()
     try:
-        run(settings.resolved_database_url())
+        run(settings.resolved_database_url(), data_dir=settings.data_dir)
     except Exception as exc:
         _fail(f"migration failed: {exc}")
     print("database is at the newest revision")

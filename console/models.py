@@ -116,6 +116,17 @@ class Agent(SQLModel, table=True):
         ),
         # Keys are unique across all records (issue 11): one key, one identity, one revocation.
         Index("ix_agent_nats_public_key", "nats_public_key", unique=True),
+        # The fleet list filters and counts in SQL (migration 0010): status (covered: the last
+        # sign of life, revoked, released),
+        # the version filter and the fleet's version list.
+        Index(
+            "ix_agent_env_last_seen",
+            "environment_id",
+            "last_seen_at",
+            "revoked_at",
+            "nats_public_key",
+        ),
+        Index("ix_agent_env_version", "environment_id", "version"),
     )
 
     id: str = Field(default_factory=new_id, primary_key=True, max_length=32)
@@ -224,6 +235,38 @@ class Artifact(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
 
 
+class ArtifactBlob(SQLModel, table=True):
+    """The bytes of a hosted build, by SHA-256, in the database so that every Console replica
+    serves them (``console.services.artifact_blobs``); its ``ArtifactChunk`` rows hold them."""
+
+    __tablename__ = "artifact_blob"
+
+    sha256: str = Field(primary_key=True, max_length=64)
+    size_bytes: int
+    chunk_count: int
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ArtifactChunk(SQLModel, table=True):
+    """One piece (at most ``artifact_blobs.CHUNK_BYTES``) of a build, in order by ``seq``."""
+
+    __tablename__ = "artifact_chunk"
+
+    sha256: str = Field(foreign_key="artifact_blob.sha256", primary_key=True, max_length=64)
+    seq: int = Field(primary_key=True)
+    data: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+
+
+class Lease(SQLModel, table=True):
+    """Who does a piece of background work now (``console.services.leases``): one row per job,
+    held by one Console replica until ``expires_at``."""
+
+    name: str = Field(primary_key=True, max_length=64)
+    holder: str = Field(max_length=64)
+    expires_at: datetime
+    acquired_at: datetime = Field(default_factory=utcnow)
+
+
 class Rollout(SQLModel, table=True):
     """A version rolled across a selection of agents in waves, with failure criteria.
 
@@ -261,6 +304,13 @@ class Rollout(SQLModel, table=True):
         description="result counts when last resumed: only later results are judged",
     )
     flow_run_id: str | None = Field(default=None, max_length=64)
+    driver_lost_at: datetime | None = Field(
+        default=None, description="when the sweep found the flow run gone (rollouts.drivers)"
+    )
+    driver_lost_reason: str | None = Field(
+        default=None, max_length=16, description="a DriverLostReason"
+    )
+    driver_lost_detail: str | None = Field(default=None, max_length=512)
     created_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = None
     stalled_at: datetime | None = None
@@ -274,6 +324,8 @@ class RolloutTarget(SQLModel, table=True):
     __table_args__ = (
         UniqueConstraint("rollout_id", "agent_id", name="uq_rollout_target_agent"),
         Index("ix_rollout_target_rollout_wave", "rollout_id", "wave"),
+        # the timeout sweep: dispatched targets past their deadline (migration 0010)
+        Index("ix_rollout_target_status_deadline", "status", "deadline_at"),
     )
 
     id: int | None = Field(default=None, primary_key=True)

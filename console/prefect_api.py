@@ -4,6 +4,7 @@ the Console stays a plain web service; the flows own Prefect)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -15,6 +16,21 @@ class PrefectApiError(RuntimeError):
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """A flow run's state as Prefect reports it: ``type`` is Prefect's ``StateType``."""
+
+    type: str
+    name: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeAnswer:
+    accepted: bool
+    detail: str
 
 
 class PrefectApi:
@@ -38,11 +54,29 @@ class PrefectApi:
             r.raise_for_status()
             return str(r.json()["id"])
 
-    async def resume(self, flow_run_id: str, run_input: dict[str, Any]) -> bool:
-        """Resume a paused flow run with typed input; False when it was not paused."""
+    async def flow_run_state(self, flow_run_id: str) -> RunState | None:
+        """The run's current state; None when Prefect does not know the run (404)."""
+        async with httpx.AsyncClient(base_url=self.api_url, timeout=self._timeout) as client:
+            r = await client.get(f"/flow_runs/{flow_run_id}")
+            if r.status_code in (404, 422):  # 422: not even a UUID
+                return None
+            if r.status_code >= 400:
+                raise PrefectApiError(f"Prefect answered {r.status_code}", status=r.status_code)
+            state = r.json().get("state") or {}
+            return RunState(
+                type=str(state.get("type") or "PENDING"),
+                name=str(state.get("name") or ""),
+                message=str(state.get("message") or "")[:512],
+            )
+
+    async def resume(self, flow_run_id: str, run_input: dict[str, Any]) -> ResumeAnswer:
+        """Resume a paused flow run with typed input: whether Prefect accepted, and its word."""
         async with httpx.AsyncClient(base_url=self.api_url, timeout=self._timeout) as client:
             r = await client.post(f"/flow_runs/{flow_run_id}/resume", json={"run_input": run_input})
             if r.status_code >= 400:
                 log.info("prefect resume of %s answered %s: %s", flow_run_id, r.status_code, r.text)
-                return False
-            return bool(r.json().get("status") == "ACCEPT")
+                return ResumeAnswer(False, f"Prefect answered {r.status_code}: {r.text[:300]}")
+            body = r.json()
+            status = str(body.get("status"))
+            reason = str((body.get("details") or {}).get("reason") or status)
+            return ResumeAnswer(status == "ACCEPT", reason[:300])

@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,9 @@ from console.nats.server import (
     MonitoredReloader,
     SystemAccountReloader,
 )
+from console.services.maintenance import Maintenance
 from console.services.rate_limits import RateLimits
 from console.services.repairs import clear_out_of_bounds
-from console.services.rollouts.results import expire_overdue
 from console.services.unit_of_work import UnitOfWork, UnitsOfWork
 from contracts import subjects
 from contracts.messages import Command, CommandKind
@@ -128,7 +129,7 @@ class ConsoleRuntime:
     async def start(self) -> None:
         s = self.settings
         _private_data(s.data_dir)
-        await asyncio.to_thread(migrate, self.database_url)
+        await asyncio.to_thread(lambda: migrate(self.database_url, data_dir=s.data_dir))
         await self.units.run(lambda uow: clear_out_of_bounds(uow.session), write=True)
         seed = load_or_create_seed(s.data_dir / "console.nk")
         self.authority = NatsAuthority.load_or_create(s.data_dir / "nats-keys")
@@ -267,13 +268,12 @@ class ConsoleRuntime:
         await self.nc.flush()
 
     async def _sweep(self) -> None:
-        """Expire dispatched rollout targets past their wave timeout."""
+        """The background work (``services.maintenance``: leased, so N replicas never double
+        it): rollout timeouts, rollout drivers, SQLite statistics."""
+        maintenance = Maintenance(self)
         while True:
             await asyncio.sleep(self.settings.rollout_sweep_seconds)
-            try:
-                await self.units.run(lambda uow: expire_overdue(uow.session), write=True)
-            except Exception:
-                log.exception("rollout timeout sweep failed; retrying")
+            await maintenance.tick(time.monotonic())
 
     async def send_command(self, agent_id: str, kind: CommandKind, args: dict[str, object]) -> str:
         """One command with a fresh id (rollouts derive theirs: see ``send_commands``)."""

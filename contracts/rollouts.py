@@ -30,6 +30,7 @@ from contracts.vocabulary.rollouts import (
     DEFAULT_THRESHOLD_PERCENT,
     DEFAULT_WAVE_PERCENTAGES,
     DEFAULT_WAVE_TIMEOUT_SECONDS,
+    DriverLostReason,
     FailureType,
     RolloutState,
     TargetStatus,
@@ -224,6 +225,12 @@ class RolloutPublic(BaseModel):
     threshold: dict[str, Any] | None = Field(
         default=None, description="The tripped criterion when the rollout stalled or aborted"
     )
+    driver_lost_reason: DriverLostReason | None = Field(
+        default=None,
+        description="Set while no flow run drives this unfinished rollout: restart the driver",
+    )
+    driver_lost_at: datetime | None = None
+    driver_lost_detail: str | None = Field(default=None, description="Prefect's word on the run")
 
 
 class DispatchResult(BaseModel):

@@ -25,10 +25,12 @@ class _View(BaseModel):
 
 
 class Page(_View, Generic[T]):
-    """One page of a list: ``total`` counts every match, not only ``items``."""
+    """One page of a list: ``total`` counts every match, not only ``items`` — up to a cap
+    where the list says so (``total_capped``: there are more than ``total``)."""
 
     items: list[T]
     total: int
+    total_capped: bool = False
     limit: int
     offset: int
 

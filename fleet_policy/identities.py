@@ -34,6 +34,7 @@ released record must also forget its evidence (``release-identity?forget_evidenc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Final
 
@@ -59,6 +60,7 @@ __all__ = [
     "is_online",
     "is_quiet",
     "missing_evidence_kinds",
+    "online_cutoff",
     "rebind_refusals",
     "token_may_enroll",
 ]
@@ -107,6 +109,14 @@ def is_online(
         and seconds_since_seen is not None
         and seconds_since_seen <= stale_after_seconds
     )
+
+
+def online_cutoff(now: datetime, *, stale_after_seconds: float) -> datetime:
+    """The oldest last sign of life that still counts as online at ``now``: ``is_online``'s
+    rule as an instant, for a database to compare ``last_seen_at`` with (seen at or after the
+    cutoff is online, the boundary included, exactly as ``is_online`` decides)."""
+    _check_window("stale_after_seconds", stale_after_seconds)
+    return now - timedelta(seconds=stale_after_seconds)
 
 
 def agent_status(

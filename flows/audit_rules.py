@@ -249,6 +249,25 @@ def rollout_rules(facts: AuditFacts) -> Iterable[Finding]:
             )
 
 
+def driver_rules(facts: AuditFacts) -> Iterable[Finding]:
+    """A rollout the Console found without its flow run (``driver_lost_reason``): nothing
+    drives it until someone restarts the driver."""
+    for r in facts.rollouts:
+        if r.driver_lost_reason is not None:
+            yield Finding(
+                name="rollout_driver_lost",
+                severity=Severity.HIGH,
+                subject_kind="rollout",
+                subject_id=r.id,
+                subject_name=r.name,
+                message=f"rollout {r.name!r} is {r.state} but lost its driver "
+                f"({r.driver_lost_reason}): {r.driver_lost_detail or 'no detail'}",
+                fix=f"POST /api/v1/fleet/rollouts/{r.id}/restart-driver (or Restart driver on "
+                "the rollout's page): a fresh fleet-rollout run continues where it stopped",
+                detail={"rollout_id": r.id, "reason": str(r.driver_lost_reason)},
+            )
+
+
 def daemonset_rules(facts: AuditFacts) -> Iterable[Finding]:
     runs_kubernetes = bool(facts.clusters) or any(
         a.agent_type is not AgentType.HOST for a in facts.agents
@@ -287,6 +306,7 @@ def evaluate(facts: AuditFacts) -> list[Finding]:
         *agent_rules(facts),
         *cluster_rules(facts),
         *rollout_rules(facts),
+        *driver_rules(facts),
         *daemonset_rules(facts),
     ]
     return sorted(findings, key=lambda f: (order[f.severity], f.name, f.subject_name or ""))

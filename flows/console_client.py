@@ -165,8 +165,8 @@ class ConsoleClient:
             )
             items.extend(page.items)
             offset += len(page.items)
-            if not page.items or offset >= page.total:
-                return items
+            if not page.items or (not page.total_capped and offset >= page.total):
+                return items  # a capped total only says "more than": read on to an empty page
 
     def agent(self, agent_id: str) -> AgentDetailView:
         return AgentDetailView.model_validate(self._call("GET", f"/api/v1/fleet/agents/{agent_id}"))

@@ -33,6 +33,7 @@ from console.bootstrap import bootstrap
 from console.core.db import migrate
 from console.core.settings import ConsoleSettings
 from console.models import Agent
+from console.prefect_api import ResumeAnswer, RunState
 from console.schemas import ALL_SCOPES, InstallTokenCreate
 from console.services import tokens
 from console.services.enrollment import enroll_agent
@@ -166,9 +167,13 @@ class RecordingPrefectApi:
         self.recorder.record(FlowStarted(name, dict(parameters), flow_run_id))
         return flow_run_id
 
-    async def resume(self, flow_run_id: str, run_input: dict[str, Any]) -> bool:
+    async def resume(self, flow_run_id: str, run_input: dict[str, Any]) -> ResumeAnswer:
         self.recorder.record(FlowResumed(flow_run_id, dict(run_input)))
-        return True
+        return ResumeAnswer(True, "ACCEPT")
+
+    async def flow_run_state(self, flow_run_id: str) -> RunState | None:
+        """Every recorded run is paused (the state the Console's resume expects)."""
+        return RunState("PAUSED", "Paused", "")
 
 
 # -- the runtime -----------------------------------------------------------------------------------
@@ -429,6 +434,7 @@ def in_process_console(
 ) -> Iterator[InProcessConsole]:
     """Build one; ``patch`` is ``monkeypatch.setattr`` (the clock and Prefect are swapped in
     the product modules, and restored by pytest)."""
+    import console.services.rollouts.drivers as drivers
     import console.services.rollouts.lifecycle as lifecycle
     import console.services.rollouts.planning as planning
 
@@ -438,6 +444,7 @@ def in_process_console(
     prefect = type("RecordingPrefectApi", (RecordingPrefectApi,), {"recorder": recorder})
     patch(planning, "PrefectApi", prefect)
     patch(lifecycle, "PrefectApi", prefect)
+    patch(drivers, "PrefectApi", prefect)
     engine = memory_engine(template)
     event.listen(engine, "commit", lambda _conn: recorder.timeline.append("commit"))
     config: dict[str, Any] = {

@@ -59,10 +59,14 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
-def migrate(url: str) -> None:
-    """Bring the schema to the newest revision (a no-op when it is there already)."""
+def migrate(url: str, *, data_dir: Path | None = None) -> None:
+    """Bring the schema to the newest revision (a no-op when it is there already).
+    ``data_dir``: where revision 0011 finds the builds hosted on disk before it."""
     _ensure_sqlite_dir(url)
-    command.upgrade(alembic_config(url), "head")
+    cfg = alembic_config(url)
+    if data_dir is not None:
+        cfg.attributes["data_dir"] = data_dir
+    command.upgrade(cfg, "head")
 
 
 def sessions(engine: Engine) -> Iterator[Session]:

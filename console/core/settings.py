@@ -181,6 +181,12 @@ class ConsoleSettings(BaseSettings):
     rollout_sweep_seconds: float = Field(
         default=0.5, description="How often dispatched targets past the wave timeout are expired."
     )
+    driver_check_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="How often the Console asks Prefect whether each unfinished rollout's "
+        "flow run still drives it (and on every operator decision).",
+    )
     web_sessions_per_token: int = Field(
         default=50,
         ge=1,

@@ -1,9 +1,11 @@
 """Agent builds hosted by the Console: checked (the fleet's signature, the version stamped
-inside), stored once by their SHA-256 (0600), listed, and served to agents.
+inside), stored once by their SHA-256 in the database (``artifact_blobs``: every replica serves
+them), listed, and served to agents.
 
 One artifact per (environment, version, sha256): uploading the same build again answers the
 artifact already there. An upload that fails for any reason (too large, cut off, refused)
-leaves no file behind.
+leaves nothing behind: the body is checked in a private temp file (0600, under
+``<data_dir>/artifacts``), and only a build that passed is copied into the database.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import hashlib
 import logging
 import os
 import tempfile
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
@@ -23,8 +26,9 @@ from sqlmodel import col, select
 from console.auth import Principal
 from console.core.builds import BuildFileError, parse_signing_key, stamped_version, verifies
 from console.errors import BadRequestError, ConflictError, NotFoundError
-from console.models import Artifact
+from console.models import Artifact, ArtifactBlob
 from console.schemas import Scope
+from console.services.artifact_blobs import store_file, stream_blob
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.enrollment import Version
 from contracts.rollouts import HOSTED_ARTIFACTS_PATH, ArtifactRef, artifact_url_allowed
@@ -152,38 +156,54 @@ async def upload(
         await asyncio.to_thread(
             _check_build, tmp, version=version, sha=sha, signature=signature, keys=keys
         )
-        os.replace(tmp, store / sha)
+        try:
+            return await rt.units.run(
+                lambda uow: _record(uow, principal, tmp, version, sha, signature, size, base_url),
+                write=True,
+            )
+        except IntegrityError:  # the same build, uploaded twice at once: the other one won
+            return await rt.units.run(
+                lambda uow: _record(uow, principal, tmp, version, sha, signature, size, base_url),
+                write=True,
+            )
     finally:
         tmp.unlink(missing_ok=True)
 
-    def work(uow: UnitOfWork) -> tuple[ArtifactRef, bool]:
-        existing = uow.session.exec(
-            select(Artifact).where(
-                Artifact.environment_id == principal.environment_id,
-                Artifact.version == version,
-                Artifact.sha256 == sha,
-            )
-        ).first()
-        if existing is not None:
-            return _ref(existing), False
-        artifact = Artifact(
-            client_id=principal.client_id,
-            environment_id=principal.environment_id,
-            version=version,
-            url="",
-            sha256=sha,
-            signature=signature,
-            size_bytes=size,
-            hosted=True,
-        )
-        artifact.url = f"{base_url}{HOSTED_ARTIFACTS_PATH}{artifact.id}/download"
-        uow.session.add(artifact)
-        return _ref(artifact), True
 
-    try:
-        return await rt.units.run(work, write=True)
-    except IntegrityError:  # the same build, uploaded twice at once: the other one won
-        return await rt.units.run(work, write=True)
+def _record(
+    uow: UnitOfWork,
+    principal: Principal,
+    tmp: Path,
+    version: str,
+    sha: str,
+    signature: str,
+    size: int,
+    base_url: str,
+) -> tuple[ArtifactRef, bool]:
+    """The build's bytes (unless stored already) and its artifact row, in one transaction."""
+    store_file(uow.session, sha, tmp)
+    existing = uow.session.exec(
+        select(Artifact).where(
+            Artifact.environment_id == principal.environment_id,
+            Artifact.version == version,
+            Artifact.sha256 == sha,
+        )
+    ).first()
+    if existing is not None:
+        return _ref(existing), False
+    artifact = Artifact(
+        client_id=principal.client_id,
+        environment_id=principal.environment_id,
+        version=version,
+        url="",
+        sha256=sha,
+        signature=signature,
+        size_bytes=size,
+        hosted=True,
+    )
+    artifact.url = f"{base_url}{HOSTED_ARTIFACTS_PATH}{artifact.id}/download"
+    uow.session.add(artifact)
+    return _ref(artifact), True
 
 
 async def list_artifacts(rt: ServiceRuntime, principal: Principal) -> list[ArtifactRef]:
@@ -208,16 +228,33 @@ async def list_artifacts(rt: ServiceRuntime, principal: Principal) -> list[Artif
     return await rt.units.run(work)
 
 
-async def hosted_file(rt: ServiceRuntime, artifact_id: str) -> tuple[Path, str]:
-    """The stored file of a hosted build and its version (no token: agents verify builds)."""
-    artifact = (
-        await rt.units.run(lambda uow: uow.session.get(Artifact, artifact_id))
-        if len(artifact_id) <= 32
-        else None
-    )
-    if artifact is None or not artifact.hosted:
+@dataclass(frozen=True, slots=True)
+class HostedBuild:
+    """A hosted build as a download serves it: its chunks stream from the database."""
+
+    version: str
+    sha256: str
+    size_bytes: int
+    chunks: AsyncIterator[bytes]
+
+
+async def hosted_build(rt: ServiceRuntime, artifact_id: str) -> HostedBuild:
+    """The stored bytes of a hosted build and its version (no token: agents verify builds)."""
+
+    def work(uow: UnitOfWork) -> tuple[Artifact | None, ArtifactBlob | None]:
+        artifact = uow.session.get(Artifact, artifact_id)
+        if artifact is None or not artifact.hosted:
+            return None, None
+        return artifact, uow.session.get(ArtifactBlob, artifact.sha256)
+
+    artifact, blob = await rt.units.run(work) if len(artifact_id) <= 32 else (None, None)
+    if artifact is None:
         raise NotFoundError(ErrorReason.ARTIFACT_NOT_FOUND, f"artifact {artifact_id:.40} not found")
-    path = rt.settings.data_dir / "artifacts" / artifact.sha256
-    if not path.exists():
-        raise NotFoundError(ErrorReason.ARTIFACT_MISSING, f"artifact {artifact_id}'s file is gone")
-    return path, artifact.version
+    if blob is None:
+        raise NotFoundError(ErrorReason.ARTIFACT_MISSING, f"artifact {artifact_id}'s build is gone")
+    return HostedBuild(
+        version=artifact.version,
+        sha256=blob.sha256,
+        size_bytes=blob.size_bytes,
+        chunks=stream_blob(rt.units, blob.sha256, blob.chunk_count),
+    )

@@ -50,6 +50,15 @@ async def record_run(
 
     def work(uow: UnitOfWork) -> AuditRunPublic:
         session = uow.session
+        if body.flow_run_id:  # a retried post (perhaps to another replica): stored once
+            stored = session.exec(
+                select(AuditRun).where(
+                    AuditRun.environment_id == principal.environment_id,
+                    AuditRun.flow_run_id == body.flow_run_id,
+                )
+            ).first()
+            if stored is not None:
+                return _public(session, stored, True)
         run = AuditRun(
             client_id=principal.client_id,
             environment_id=principal.environment_id,

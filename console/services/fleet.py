@@ -3,18 +3,64 @@ and the versions the fleet runs."""
 
 from __future__ import annotations
 
-from sqlmodel import col, select
+from datetime import datetime
+from typing import Final
+
+from sqlalchemy import func, literal
+from sqlmodel import Session, col, select
+from sqlmodel.sql.expression import SelectOfScalar
 
 from console.auth import Principal
 from console.core.clock import utcnow
-from console.models import Agent, AgentEvidence
+from console.models import Agent, AgentEvidence, Environment
 from console.schemas import Scope
 from console.services.agent_records import load_agent
+from console.services.fleet_filters import flag_condition, label_condition, status_condition
 from console.services.presenters import agent_detail, agent_public, refused_by_agent
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.agent_types import AgentType
-from contracts.views import AgentDetailView, AgentPage, AgentView
+from contracts.views import AgentDetailView, AgentPage
 from contracts.vocabulary import AgentFlag, AgentStatus
+
+TOTAL_COUNT_CAP: Final = 1_000
+"""A page counts its matches up to this many (``total_capped`` past it): counting every match
+would make the cost of one page grow with the fleet."""
+
+
+def _filtered(
+    principal: Principal,
+    *,
+    agent_type: AgentType | None,
+    status: AgentStatus | None,
+    version: str | None,
+    name: str | None,
+    flag: AgentFlag | None,
+    label: str | None,
+    now: datetime,
+    stale_seconds: float,
+) -> SelectOfScalar[str]:
+    """The ids of the caller's environment's agents that match, as one query. It filters on
+    the environment alone (an environment belongs to one client, checked once per page by
+    ``_environment_is_callers``) so that indexes led by ``environment_id`` cover it."""
+    query = select(Agent.id).where(Agent.environment_id == principal.environment_id)
+    if agent_type:
+        query = query.where(Agent.agent_type == agent_type.value)
+    if version:
+        query = query.where(Agent.version == version)
+    if name:
+        query = query.where(col(Agent.name).contains(name, autoescape=True))
+    if status:
+        query = query.where(status_condition(status, now=now, stale_seconds=stale_seconds))
+    if flag:
+        query = query.where(flag_condition(flag, now=now, stale_seconds=stale_seconds))
+    if label:
+        query = query.where(label_condition(label))
+    return query
+
+
+def _environment_is_callers(session: Session, principal: Principal) -> bool:
+    environment = session.get(Environment, principal.environment_id)
+    return environment is not None and environment.client_id == principal.client_id
 
 
 async def list_agents(
@@ -30,57 +76,69 @@ async def list_agents(
     limit: int = 100,
     offset: int = 0,
 ) -> AgentPage:
-    """The caller's environment's agents, filtered; status and flags computed now."""
+    """One page of the caller's environment's agents, filtered, counted and cut in SQL in a
+    stable order (type, name, id); status and flags computed for the page's records only."""
     principal.require(Scope.AGENTS_READ)
     stale = rt.settings.agent_stale_seconds
 
-    def work(uow: UnitOfWork) -> list[AgentView]:
+    def work(uow: UnitOfWork) -> AgentPage:
         session = uow.session
-        query = select(Agent).where(
-            Agent.client_id == principal.client_id,
-            Agent.environment_id == principal.environment_id,
+        now = utcnow()
+        matching = _filtered(
+            principal,
+            agent_type=agent_type,
+            status=status,
+            version=version,
+            name=name,
+            flag=flag,
+            label=label,
+            now=now,
+            stale_seconds=stale,
         )
-        if agent_type:
-            query = query.where(Agent.agent_type == agent_type.value)
-        if version:
-            query = query.where(Agent.version == version)
-        if name:
-            query = query.where(col(Agent.name).contains(name))
-        agents = session.exec(query.order_by(col(Agent.agent_type), col(Agent.name))).all()
-        ids = [a.id for a in agents]
-        evidence_ids = (
+        if not _environment_is_callers(session, principal):
+            return AgentPage(items=[], total=0, limit=limit, offset=offset)
+        counted = matching.with_only_columns(literal(1))  # no table read where an index covers
+        capped = counted.limit(TOTAL_COUNT_CAP + 1).subquery()
+        total = session.exec(select(func.count()).select_from(capped)).one()
+        ids = matching.order_by(col(Agent.agent_type), col(Agent.name), col(Agent.id))
+        page_ids = session.exec(ids.limit(limit).offset(offset)).all()
+        agents = (
+            session.exec(
+                select(Agent)
+                .where(col(Agent.id).in_(page_ids))
+                .order_by(col(Agent.agent_type), col(Agent.name), col(Agent.id))
+            ).all()
+            if page_ids
+            else []
+        )
+        with_evidence = (
             set(
                 session.exec(
-                    select(AgentEvidence.agent_id).where(col(AgentEvidence.agent_id).in_(ids))
+                    select(AgentEvidence.agent_id).where(col(AgentEvidence.agent_id).in_(page_ids))
                 ).all()
             )
-            if agents
+            if page_ids
             else set()
         )
-        refused = refused_by_agent(session, ids)
-        now = utcnow()
-        return [
-            agent_public(
-                a,
-                stale_seconds=stale,
-                now=now,
-                has_evidence=a.id in evidence_ids,
-                refused=refused.get(a.id, (0, None)),
-            )
-            for a in agents
-        ]
+        refused = refused_by_agent(session, list(page_ids))
+        return AgentPage(
+            items=[
+                agent_public(
+                    a,
+                    stale_seconds=stale,
+                    now=now,
+                    has_evidence=a.id in with_evidence,
+                    refused=refused.get(a.id, (0, None)),
+                )
+                for a in agents
+            ],
+            total=min(total, TOTAL_COUNT_CAP),
+            total_capped=total > TOTAL_COUNT_CAP,
+            limit=limit,
+            offset=offset,
+        )
 
-    views = await rt.units.run(work)
-    if status:
-        views = [v for v in views if v.status == status]
-    if flag:
-        views = [v for v in views if flag in v.flags]
-    if label:
-        k, _, v = label.partition("=")
-        views = [x for x in views if x.labels.get(k) == v]
-    return AgentPage(
-        items=views[offset : offset + limit], total=len(views), limit=limit, offset=offset
-    )
+    return await rt.units.run(work)
 
 
 async def get_agent(rt: ServiceRuntime, principal: Principal, agent_id: str) -> AgentDetailView:

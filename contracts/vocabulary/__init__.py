@@ -17,6 +17,7 @@ from contracts.vocabulary.identities import ReleaseOutcome
 from contracts.vocabulary.inventory import InventoryProblemKind
 from contracts.vocabulary.reasons import ErrorReason
 from contracts.vocabulary.rollouts import (
+    DriverLostReason,
     FailureType,
     RolloutState,
     TargetStatus,
@@ -30,6 +31,7 @@ __all__ = [
     "CommandFailureKind",
     "CommandKind",
     "CommandStatus",
+    "DriverLostReason",
     "ErrorReason",
     "FailureType",
     "InventoryProblemKind",

@@ -18,6 +18,22 @@ class RolloutState(StrEnum):
     FAILED = "failed"
 
 
+class DriverLostReason(StrEnum):
+    """Why a rollout that is not finished has no ``fleet-rollout`` flow run driving it
+    (``fleet_policy.drivers`` decides it from the run's state in Prefect)."""
+
+    CRASHED = "crashed"
+    """The flow run crashed (its process died, or its infrastructure failed)."""
+    FAILED = "failed"
+    """The flow run failed (an exception: e.g. a Console token without ``rollouts:read``)."""
+    CANCELLED = "cancelled"
+    """Someone cancelled the flow run in Prefect."""
+    VANISHED = "vanished"
+    """Prefect no longer knows the flow run (deleted, or another Prefect server)."""
+    ENDED = "ended"
+    """The flow run completed although the rollout still had work left."""
+
+
 class TargetStatus(StrEnum):
     """One agent's place in a rollout."""
 

@@ -49,6 +49,19 @@ def test_agents_pages_through_the_list_and_answers_views():
     assert "status" not in seen[0]
 
 
+def test_agents_reads_past_a_capped_total_to_the_end():
+    everyone = _agents(5)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        offset = int(request.url.params["offset"])
+        items = everyone[offset : offset + 2]
+        body = {"items": items, "total": 2, "total_capped": True, "limit": 2, "offset": offset}
+        return httpx.Response(200, json=body)
+
+    with _client(handler) as console:
+        assert [a.id for a in console.agents()] == [f"ag-{i}" for i in range(5)]
+
+
 def test_agent_answers_the_detail_view():
     body = {**_agents(1)[0], "evidence": [], "history": [], "last_metrics": None}
     with _client(lambda r: httpx.Response(200, json=body)) as console:

@@ -16,6 +16,7 @@ from contracts.rollouts import ArtifactRef, RolloutPublic, TargetPublic
 from contracts.views import OnboardingCheck, OnboardingStatus, ReleaseDecision
 from contracts.vocabulary import (
     CommandFailureKind,
+    DriverLostReason,
     ErrorReason,
     InventoryProblemKind,
     ReleaseOutcome,
@@ -100,6 +101,19 @@ def test_self_update_failures_are_diagnosed_by_failure_kind_not_text():
     assert "hostDataDir" not in (by_name["self_update_read_only_program"].fix or "")
     assert "pod" not in by_name["self_update_read_only_program"].message
     assert "nodeAgent.hostDataDir" in (by_name["self_update_answered_by_pod"].fix or "")
+
+
+def test_a_rollout_without_its_driver_is_a_finding_with_the_fix():
+    lost = _rollout().model_copy(
+        update={
+            "driver_lost_reason": DriverLostReason.CANCELLED,
+            "driver_lost_detail": "flow run f-1 is Cancelled",
+        }
+    )
+    findings = evaluate(AuditFacts(agents=[], rollouts=[_rollout(), lost]))
+    assert [(f.name, f.subject_id) for f in findings] == [("rollout_driver_lost", "r-1")]
+    assert "restart-driver" in (findings[0].fix or "")
+    assert findings[0].detail["reason"] == "cancelled"
 
 
 def test_forbidden_argo_rollouts_is_found_by_the_inventory_problem_kind():

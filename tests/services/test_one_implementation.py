@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import functools
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -201,6 +202,12 @@ async def test_status_planning_and_rotation_use_is_online(
     replace_everywhere(monkeypatch.setattr, identities.is_online, lambda *a, **k: False)
     shown = await fleet.get_agent(services.rt, services.principal, agent_id)
     assert shown.status == AgentStatus.OFFLINE
+    # the fleet list filters in SQL by the same rule's instant: fleet_policy's online_cutoff
+    replace_everywhere(
+        monkeypatch.setattr,
+        identities.online_cutoff,
+        lambda now, **k: now + timedelta(days=1),
+    )
     listed = await fleet.list_agents(services.rt, services.principal, status=AgentStatus.OFFLINE)
     assert [a.id for a in listed.items] == [agent_id]
     rollout = await planning.create(

@@ -5,12 +5,13 @@ import pytest
 from sqlmodel import Session
 
 import console.services.unit_of_work as unit_of_work
+from console.errors import ConflictError
 from console.services.identities import revoke_agent
 from console.services.rollouts import dispatch, lifecycle, planning, reads
 from console.services.rollouts.records import command_id_for
 from contracts.messages import CommandKind, CommandStatus
 from contracts.rollouts import ArtifactRef, CriterionSpec, RolloutCreate, RolloutPublic
-from contracts.vocabulary import RolloutState, TargetStatus
+from contracts.vocabulary import ErrorReason, RolloutState, TargetStatus
 from fleet_policy import AgentId
 from fleet_policy.defaults import DEFAULT_CRITERION, DEFAULT_ROLLOUT_POLICY
 from fleet_policy.waves import plan_waves
@@ -238,8 +239,31 @@ async def test_an_operator_resume_resumes_the_paused_flow_run_after_commit(
     services.effects.clear()
     resumed = await lifecycle.transition(services.rt, services.principal, rollout.id, "resume")
     assert resumed.state == RolloutState.RUNNING
-    assert services.effects.timeline == [
+    # the reads before it (the driver check) commit too; the resume follows the decision's commit
+    assert services.effects.timeline[-2:] == [
         "commit",
         FlowResumed("flow-run-1", {"decision": "resume"}),
     ]
+    assert services.effects.of(FlowResumed) == [FlowResumed("flow-run-1", {"decision": "resume"})]
     assert isinstance(canary, CommandSent)
+
+
+async def test_a_resume_prefect_refuses_is_a_409_not_a_200(services: InProcessConsole, monkeypatch):
+    """Issue 15: the Console ignored Prefect's answer to the resume and answered 200."""
+    from console.prefect_api import ResumeAnswer
+
+    await fleet(services, 20)
+    rollout = await create(services)
+    await start(services, rollout.id)
+    await send(services, rollout.id, 0)
+    (canary,) = services.effects.commands
+    await services.result(canary, CommandStatus.FAILED)
+
+    async def refuse(self, flow_run_id, run_input):
+        return ResumeAnswer(False, "Flow run is not paused")
+
+    monkeypatch.setattr(lifecycle.PrefectApi, "resume", refuse)
+    with pytest.raises(ConflictError) as refused:
+        await lifecycle.transition(services.rt, services.principal, rollout.id, "resume")
+    assert refused.value.reason == ErrorReason.RESUME_REFUSED
+    assert "Flow run is not paused" in refused.value.message

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response, status
-from fastapi.responses import FileResponse
+from fastapi.responses import StreamingResponse
 
 from console.api.deps import PrincipalDep, RuntimeDep
 from console.api.responses import errors
@@ -62,9 +62,20 @@ async def list_artifacts(principal: PrincipalDep, runtime: RuntimeDep) -> list[A
     return await artifacts.list_artifacts(runtime, principal)
 
 
-@router.get("/{artifact_id}/download", response_class=FileResponse, responses=_ERRORS)
-async def download(artifact_id: str, runtime: RuntimeDep) -> FileResponse:
-    path, version = await artifacts.hosted_file(runtime, artifact_id)
-    return FileResponse(
-        path, media_type="application/octet-stream", filename=f"proxima-agent-{version}.pyz"
+@router.get(
+    "/{artifact_id}/download",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"application/octet-stream": {}}}, **_ERRORS},
+)
+async def download(artifact_id: str, runtime: RuntimeDep) -> StreamingResponse:
+    """The build's bytes, streamed from the database (any replica serves any build)."""
+    build = await artifacts.hosted_build(runtime, artifact_id)
+    return StreamingResponse(
+        build.chunks,
+        media_type="application/octet-stream",
+        headers={
+            "content-length": str(build.size_bytes),
+            "content-disposition": f'attachment; filename="proxima-agent-{build.version}.pyz"',
+            "x-content-sha256": build.sha256,
+        },
     )

@@ -10,7 +10,7 @@ from console.api.deps import PrincipalDep, RuntimeDep
 from console.api.responses import errors
 from console.schemas import RolloutReason, RolloutStart
 from console.services.rollouts import dispatch as dispatching
-from console.services.rollouts import lifecycle, planning, reads
+from console.services.rollouts import drivers, lifecycle, planning, reads
 from contracts.rollouts import DispatchResult, RolloutCreate, RolloutPublic
 
 router = APIRouter(prefix="/api/v1/fleet/rollouts", tags=["rollouts"])
@@ -66,8 +66,24 @@ async def pause(
 
 @router.post("/{rollout_id}/resume", response_model=RolloutPublic, responses=_ERRORS)
 async def resume(rollout_id: str, principal: PrincipalDep, runtime: RuntimeDep) -> RolloutPublic:
-    """Stalled or paused → running. Results so far become the baseline the criteria judge from."""
+    """Stalled or paused → running. Results so far become the baseline the criteria judge from.
+    A paused flow run is resumed in Prefect too: 409 ``resume_refused`` when Prefect refuses,
+    409 ``driver_lost`` when the run is gone (restart the driver first)."""
     return await lifecycle.transition(runtime, principal, rollout_id, "resume")
+
+
+@router.post(
+    "/{rollout_id}/restart-driver",
+    response_model=RolloutPublic,
+    responses=errors(401, 403, 404, 409, 504),
+)
+async def restart_driver(
+    rollout_id: str, principal: PrincipalDep, runtime: RuntimeDep
+) -> RolloutPublic:
+    """Start a fresh ``fleet-rollout`` flow run for a rollout whose run crashed, failed, was
+    cancelled or vanished; it continues where the last one stopped and sends nothing twice.
+    409 ``driver_running`` while the recorded run is alive."""
+    return await drivers.restart_driver(runtime, principal, rollout_id)
 
 
 @router.post("/{rollout_id}/abort", response_model=RolloutPublic, responses=_ERRORS)

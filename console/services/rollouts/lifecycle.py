@@ -9,9 +9,11 @@ from sqlmodel import Session
 
 from console.auth import Principal
 from console.core.clock import utcnow
+from console.errors import ConflictError
 from console.models import Rollout
-from console.prefect_api import PrefectApi
+from console.prefect_api import PrefectApi, RunState
 from console.schemas import Scope
+from console.services.rollouts.drivers import check_drivers, run_state
 from console.services.rollouts.reads import present
 from console.services.rollouts.records import (
     apply_event,
@@ -23,10 +25,11 @@ from contracts.rollouts import (
     Decision,
     RolloutPublic,
 )
-from contracts.vocabulary import RolloutState
+from contracts.vocabulary import ErrorReason, RolloutState
 from fleet_policy import (
     RolloutEvent,
 )
+from fleet_policy.drivers import PAUSED_RUN_STATE
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +58,19 @@ async def transition(
     reason: str | None = None,
     flow_run_id: str | None = None,
 ) -> RolloutPublic:
-    """One move of the state machine (an illegal one is a 409). An operator's resume or abort
-    also resumes the paused flow run, after commit; the flow polls the state as well."""
+    """One move of the state machine (an illegal one is a 409).
+
+    Every operator decision first checks the rollout's driver (``drivers``). A resume of a
+    rollout whose flow run is paused in Prefect resumes that run and answers only once Prefect
+    accepted (409 ``resume_refused`` otherwise); with the run gone it is refused (409
+    ``driver_lost``: restart the driver first). An abort resumes the paused run with ``abort``,
+    after commit; the flow polls the state as well."""
     settings = rt.settings
+    run_state: RunState | None = None
+    watched = bool(settings.prefect_api_url) and not flow_run_id and action != "start"
+    if watched:
+        await check_drivers(rt, [rollout_id])
+        run_state = await _paused_run(rt, principal, rollout_id, action)
 
     def work(uow: UnitOfWork) -> RolloutPublic:
         rollout = load_for(uow.session, rollout_id, principal, Scope.ROLLOUTS_WRITE)
@@ -65,13 +78,49 @@ async def transition(
         uow.session.add(rollout)
         uow.session.flush()
         flow_run = rollout.flow_run_id
-        if action in ("resume", "abort") and flow_run and settings.prefect_api_url:
-            if not flow_run_id:
-                decision = Decision.RESUME if action == "resume" else Decision.ABORT
-                uow.after_commit(lambda: _resume_flow(settings.prefect_api_url, flow_run, decision))
+        if action == "abort" and flow_run and watched:
+            uow.after_commit(
+                lambda: _resume_flow(settings.prefect_api_url, flow_run, Decision.ABORT)
+            )
         return present(uow.session, rollout, with_targets=False)
 
-    return await rt.units.run(work, write=True)
+    public = await rt.units.run(work, write=True)
+    if action == "resume" and run_state is not None and public.flow_run_id:
+        assert settings.prefect_api_url
+        answer = await PrefectApi(settings.prefect_api_url).resume(
+            public.flow_run_id, {"decision": Decision.RESUME.value}
+        )
+        if not answer.accepted:
+            await check_drivers(rt, [rollout_id])
+            raise ConflictError(
+                ErrorReason.RESUME_REFUSED,
+                f"Prefect refused to resume flow run {public.flow_run_id} ({answer.detail}): "
+                "the rollout is running in the Console but nothing drives it until the flow "
+                "run resumes or the driver is restarted (POST …/restart-driver)",
+            )
+    return public
+
+
+async def _paused_run(
+    rt: ServiceRuntime, principal: Principal, rollout_id: str, action: str
+) -> RunState | None:
+    """Before a resume: the run's state when it is paused in Prefect (it must be resumed
+    there too); a lost driver refuses the resume. None for other actions, or a live run that
+    is not paused (the flow itself asking, or a rollout paused by hand that the flow polls)."""
+    rollout = await rt.units.run(
+        lambda uow: load_for(uow.session, rollout_id, principal, Scope.ROLLOUTS_WRITE)
+    )
+    if action != "resume" or not rollout.flow_run_id:
+        return None
+    if rollout.driver_lost_reason:
+        raise ConflictError(
+            ErrorReason.DRIVER_LOST,
+            f"rollout {rollout_id} lost its driver ({rollout.driver_lost_detail}): restart it "
+            "first (POST …/restart-driver), then resume",
+        )
+    assert rt.settings.prefect_api_url
+    state = await run_state(rt.settings.prefect_api_url, rollout.flow_run_id)
+    return state if state is not None and state.type == PAUSED_RUN_STATE else None
 
 
 def _apply(
@@ -79,8 +128,9 @@ def _apply(
 ) -> None:
     now = utcnow()
     if action == "start":
-        if flow_run_id:
-            rollout.flow_run_id = flow_run_id
+        if flow_run_id and flow_run_id != rollout.flow_run_id:
+            rollout.flow_run_id = flow_run_id  # a new run drives it: whatever was lost is not
+            rollout.driver_lost_at = rollout.driver_lost_reason = rollout.driver_lost_detail = None
         if rollout.state == RolloutState.PENDING:
             apply_event(rollout, RolloutEvent.start(), now)
     elif action == "pause":

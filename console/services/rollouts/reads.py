@@ -21,7 +21,7 @@ from contracts.rollouts import (
     TargetPublic,
     WavePublic,
 )
-from contracts.vocabulary import CommandFailureKind, TargetStatus
+from contracts.vocabulary import CommandFailureKind, DriverLostReason, TargetStatus
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +89,11 @@ def present(session: Session, rollout: Rollout, with_targets: bool = True) -> Ro
         if with_targets
         else None,
         threshold=rollout.threshold,
+        driver_lost_reason=DriverLostReason(rollout.driver_lost_reason)
+        if rollout.driver_lost_reason
+        else None,
+        driver_lost_at=rollout.driver_lost_at,
+        driver_lost_detail=rollout.driver_lost_detail,
     )
 
 

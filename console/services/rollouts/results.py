@@ -8,6 +8,7 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime
 
+from sqlalchemy import update
 from sqlmodel import Session, col, select
 
 from console.core.clock import utcnow
@@ -114,21 +115,33 @@ def record_results(
 
 
 def expire_overdue(session: Session, now: datetime | None = None) -> list[str]:
-    """Dispatched targets past their deadline become ``timed_out``; returns halted rollouts."""
+    """Dispatched targets past their deadline become ``timed_out``; returns halted rollouts.
+
+    Each target moves with a conditional update (still ``dispatched``): a result recorded by
+    another replica meanwhile is never overwritten, and a second sweep changes nothing."""
     now = now or utcnow()
     overdue = session.exec(
-        select(RolloutTarget).where(
+        select(RolloutTarget.id, RolloutTarget.rollout_id).where(
             RolloutTarget.status == TargetStatus.DISPATCHED.value,
             col(RolloutTarget.deadline_at) < now,
         )
     ).all()
     touched: set[str] = set()
-    for target in overdue:
-        target.status = TargetStatus.TIMED_OUT.value
-        target.error = "no result within the wave timeout"
-        target.finished_at = now
-        session.add(target)
-        touched.add(target.rollout_id)
+    for target_id, rollout_id in overdue:
+        moved = session.execute(
+            update(RolloutTarget)
+            .where(
+                col(RolloutTarget.id) == target_id,
+                col(RolloutTarget.status) == TargetStatus.DISPATCHED.value,
+            )
+            .values(
+                status=TargetStatus.TIMED_OUT.value,
+                error="no result within the wave timeout",
+                finished_at=now,
+            )
+        )
+        if moved.rowcount:  # type: ignore[attr-defined]
+            touched.add(rollout_id)
     session.flush()
     halted = []
     for rollout_id in sorted(touched):

@@ -122,7 +122,9 @@ async def list_agents(
         statuses=[s.value for s in AgentStatus],
         flags=[f.value for f in AgentFlag],
         prev_url=page_url(max(0, offset - PAGE_SIZE)) if offset else None,
-        next_url=page_url(offset + PAGE_SIZE) if offset + PAGE_SIZE < page.total else None,
+        next_url=page_url(offset + PAGE_SIZE)
+        if offset + PAGE_SIZE < page.total or page.total_capped
+        else None,
     )
 
 

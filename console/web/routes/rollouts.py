@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from console.errors import ConsoleError, ForbiddenError, NotFoundError, UnauthorizedError
 from console.schemas import Scope
 from console.services import artifacts
-from console.services.rollouts import lifecycle, planning, reads
+from console.services.rollouts import drivers, lifecycle, planning, reads
 from console.web.deps import FormDep, RuntimeDep, Viewer, ViewerDep, get_web
 from console.web.forms import Form
 from console.web.routing import PageRoute
@@ -32,7 +32,7 @@ from fleet_policy.defaults import (
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
 FINAL_STATES = ("succeeded", "aborted", "failed")
-DECISIONS = ("resume", "pause", "abort")
+DECISIONS = ("resume", "pause", "abort", "restart-driver")
 _SPLIT = re.compile(r"[\s,]+")
 
 
@@ -312,13 +312,16 @@ async def decide(
     viewer.require(Scope.ROLLOUTS_WRITE)
     reason = form.get("reason") or None
     try:
-        done = await lifecycle.transition(
-            runtime,
-            viewer.principal,
-            rollout_id,
-            decision,
-            reason=None if decision == "resume" else reason,
-        )
+        if decision == "restart-driver":
+            done = await drivers.restart_driver(runtime, viewer.principal, rollout_id)
+        else:
+            done = await lifecycle.transition(
+                runtime,
+                viewer.principal,
+                rollout_id,
+                decision,
+                reason=None if decision == "resume" else reason,
+            )
     except (ForbiddenError, UnauthorizedError, NotFoundError):
         raise
     except ConsoleError as exc:

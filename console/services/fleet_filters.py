@@ -1,0 +1,78 @@
+"""The fleet list's status, flags and labels as SQL: the same rules the views apply to one record
+(``fleet_policy.identities`` for status, ``presenters.agent_flags`` for flags), written as
+conditions a database evaluates, so a page is filtered, counted and cut in the query.
+
+Every instant comes from the rule's owner: ``fleet_policy.identities.online_cutoff`` for online,
+``rebinding.REBOUND_FLAG_SECONDS`` for the re-bind flag. ``tests/services/test_fleet_query.py``
+checks that each condition selects exactly the records whose computed view says so.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, exists, false, or_, true
+from sqlmodel import col, select
+
+from console.models import Agent, AgentEvidence, NatsRevocation
+from console.services.rebinding import REBOUND_FLAG_SECONDS
+from contracts.vocabulary import AgentFlag, AgentStatus
+from fleet_policy.identities import online_cutoff
+
+__all__ = ["flag_condition", "label_condition", "status_condition"]
+
+
+def status_condition(
+    status: AgentStatus, *, now: datetime, stale_seconds: float
+) -> ColumnElement[bool]:
+    """``fleet_policy.identities.agent_status`` as a condition: revoked, then released, then
+    online (seen at or after the cutoff) or offline."""
+    revoked = col(Agent.revoked_at).is_not(None)
+    holds = and_(col(Agent.revoked_at).is_(None), col(Agent.nats_public_key).is_not(None))
+    cutoff = online_cutoff(now, stale_after_seconds=stale_seconds)
+    seen_recently = col(Agent.last_seen_at) >= cutoff
+    if status is AgentStatus.REVOKED:
+        return revoked
+    if status is AgentStatus.RELEASED:
+        return and_(col(Agent.revoked_at).is_(None), col(Agent.nats_public_key).is_(None))
+    if status is AgentStatus.ONLINE:
+        return and_(holds, seen_recently)
+    # "never seen, or seen before the cutoff": two ranges of the index a planner can join
+    return and_(holds, or_(col(Agent.last_seen_at) < cutoff, col(Agent.last_seen_at).is_(None)))
+
+
+def flag_condition(flag: AgentFlag, *, now: datetime, stale_seconds: float) -> ColumnElement[bool]:
+    """The records ``presenters.agent_flags`` gives ``flag``."""
+    if flag is AgentFlag.SHARED_IDENTITY:
+        return col(Agent.shared_identity_since).is_not(None)
+    if flag is AgentFlag.VERSION_FLAPPING:
+        return col(Agent.version_flapping_since).is_not(None)
+    if flag is AgentFlag.ENROLLMENT_CONFLICT:
+        return col(Agent.last_conflict_at).is_not(None)
+    if flag is AgentFlag.CANNOT_SELF_UPDATE:
+        return col(Agent.can_self_update).is_(false())
+    if flag is AgentFlag.REBOUND:
+        return col(Agent.rebound_at) >= now - timedelta(seconds=REBOUND_FLAG_SECONDS)
+    if flag is AgentFlag.NO_IDENTITY_EVIDENCE:
+        return ~exists(select(AgentEvidence.id).where(AgentEvidence.agent_id == Agent.id))
+    if flag is AgentFlag.REFUSED_STILL_CONNECTING:
+        # the view's rule: the latest refusal is within the stale window; "any refusal within"
+        # is the same set and needs no aggregate
+        since = now - timedelta(seconds=stale_seconds)
+        return exists(
+            select(NatsRevocation.public_key).where(
+                NatsRevocation.agent_id == Agent.id,
+                col(NatsRevocation.last_refused_at) >= since,
+            )
+        )
+    return true()
+
+
+def label_condition(label: str) -> ColumnElement[bool]:
+    """``k=v``: the record's label ``k`` is ``v`` (a JSON path both SQLite and PostgreSQL
+    evaluate; the key travels as a bound parameter)."""
+    key, _, value = label.partition("=")
+    labels: Any = col(Agent.labels)
+    condition: ColumnElement[bool] = labels[key].as_string() == value
+    return condition

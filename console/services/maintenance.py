@@ -1,0 +1,109 @@
+"""The Console's background work, correct with any number of replicas on one database.
+
+Each job is leased (``leases``) so one replica at a time does it, and is idempotent besides, so
+a lease that changed hands mid-job (a holder paused past its ``ttl``) doubles nothing:
+
+- ``rollout-timeouts`` (every ``PROXIMA_ROLLOUT_SWEEP_SECONDS``): dispatched targets past their
+  deadline become ``timed_out`` — a conditional update, so a result recorded meanwhile wins;
+- ``rollout-drivers`` (every ``PROXIMA_DRIVER_CHECK_SECONDS``): each unfinished rollout's flow
+  run asked of Prefect (``rollouts.drivers``; marking is conditional, logged once);
+- ``sqlite-statistics`` (hourly, SQLite only): ``ANALYZE``, so the planner pages the fleet list
+  by its ordering index instead of sorting (PostgreSQL's autovacuum does this itself).
+
+Audit runs need no lease: the flow posts them, and a repeated post of one flow run answers
+the run already stored (``audit.record_run``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+
+from sqlalchemy import text
+
+from console.core.clock import utcnow
+from console.services.leases import acquire
+from console.services.rollouts.drivers import check_drivers
+from console.services.rollouts.results import expire_overdue
+from console.services.unit_of_work import ServiceRuntime, UnitOfWork
+
+__all__ = ["Maintenance", "replica_id"]
+
+log = logging.getLogger(__name__)
+
+STATISTICS_SECONDS = 3600.0
+
+
+def replica_id() -> str:
+    """This process, as a lease holder: host, pid and a random part (pids repeat)."""
+    return f"{socket.gethostname()[:32]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class Maintenance:
+    """One replica's share of the background work: call ``tick`` on every sweep."""
+
+    rt: ServiceRuntime
+    holder: str = field(default_factory=replica_id)
+    _last: dict[str, float] = field(default_factory=dict)
+
+    def _due(self, job: str, every: float, now: float) -> bool:
+        if now - self._last.get(job, float("-inf")) < every:
+            return False
+        self._last[job] = now
+        return True
+
+    async def expire_timeouts(self) -> list[str] | None:
+        """Expire overdue targets when this replica holds the lease; None when it does not."""
+        ttl = max(5.0, 10 * self.rt.settings.rollout_sweep_seconds)
+
+        def work(uow: UnitOfWork) -> list[str] | None:
+            if not acquire(uow.session, "rollout-timeouts", self.holder, ttl=ttl, now=utcnow()):
+                return None
+            return expire_overdue(uow.session)
+
+        return await self.rt.units.run(work, write=True)
+
+    async def check_drivers(self) -> list[str] | None:
+        ttl = 3 * self.rt.settings.driver_check_seconds
+
+        def lease(uow: UnitOfWork) -> bool:
+            return acquire(uow.session, "rollout-drivers", self.holder, ttl=ttl, now=utcnow())
+
+        if not await self.rt.units.run(lease, write=True):
+            return None
+        return await check_drivers(self.rt)
+
+    async def analyze(self) -> bool:
+        if not self.rt.settings.resolved_database_url().startswith("sqlite"):
+            return False
+
+        def work(uow: UnitOfWork) -> bool:
+            now = utcnow()
+            if not acquire(
+                uow.session, "sqlite-statistics", self.holder, ttl=STATISTICS_SECONDS, now=now
+            ):
+                return False
+            uow.session.execute(text("ANALYZE"))
+            return True
+
+        return await self.rt.units.run(work, write=True)
+
+    async def tick(self, monotonic_now: float) -> None:
+        """The jobs that are due; one failing never stops the others."""
+        s = self.rt.settings
+        jobs = [
+            ("timeouts", s.rollout_sweep_seconds, self.expire_timeouts),
+            ("drivers", s.driver_check_seconds, self.check_drivers),
+            ("statistics", STATISTICS_SECONDS, self.analyze),
+        ]
+        for name, every, job in jobs:
+            if not self._due(name, every, monotonic_now):
+                continue
+            try:
+                await job()
+            except Exception:
+                log.exception("background job %s failed; it runs again next time", name)
