@@ -5,6 +5,7 @@ the real Lease API; a real Console receives what it publishes."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
