@@ -32,8 +32,8 @@ class AccountLinks:
     """One NATS connection per account, keyed by environment id (``None``: the legacy account
     of installs before per-environment accounts)."""
 
-    def __init__(self, *, url: str, seed: bytes, setup: Setup) -> None:
-        self._url = url
+    def __init__(self, *, servers: list[str], seed: bytes, setup: Setup) -> None:
+        self._servers = servers
         self._seed = seed
         self._public = str(nkeys.from_seed(bytearray(seed)).public_key.decode())
         self._setup = setup
@@ -62,7 +62,7 @@ class AccountLinks:
             token = console_jwt(account, self._public).encode()
             label = environment_id or "legacy"
             nc = await nats.connect(
-                self._url,
+                self._servers,
                 nkeys_seed_str=self._seed.decode(),
                 user_jwt_cb=lambda: token,
                 name=f"proxima-console:{label}",

@@ -122,10 +122,15 @@ class FleetNats:
         else:
             self.url = s.nats_url
         await self._connect_system(seed)
-        self.links = AccountLinks(url=self.url, seed=seed, setup=self._subscribe)
+        self.links = AccountLinks(servers=self.servers, seed=seed, setup=self._subscribe)
         await self.index.load_all()
         await self.sync()
         self._tasks.append(asyncio.create_task(self._poll(), name="nats-accounts"))
+
+    @property
+    def servers(self) -> list[str]:
+        """``PROXIMA_NATS_URL`` may name every node of a cluster, comma-separated."""
+        return [u.strip() for u in self.url.split(",") if u.strip()]
 
     async def _connect_system(self, seed: bytes) -> None:
         """The system-account user: pushes claims, kicks, reads advisories."""
@@ -139,7 +144,7 @@ class FleetNats:
                 self.pusher.push_all()
 
         self.sys_nc = await nats.connect(
-            self.url,
+            self.servers,
             nkeys_seed_str=seed.decode(),
             user_jwt_cb=lambda: system_jwt,
             name="proxima-console-system",

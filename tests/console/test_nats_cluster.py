@@ -112,12 +112,12 @@ def cluster(tmp_path: Path) -> Iterator[tuple[list[Node], str, Path]]:
                 node.process.wait(10)
 
 
-def _replica(root: Path, name: str, database_url: str, node: Node) -> ConsoleProcess:
+def _replica(root: Path, name: str, database_url: str, nats_url: str) -> ConsoleProcess:
     return ConsoleProcess(
         root / name,
         database_url=database_url,
         env={
-            "PROXIMA_NATS_URL": node.url,
+            "PROXIMA_NATS_URL": nats_url,
             "PROXIMA_IDENTITY_QUIET_SECONDS": "1.5",
             "PROXIMA_AGENT_STALE_SECONDS": "1.5",
         },
@@ -143,8 +143,9 @@ async def _system_lookup(database_url: str, node: Node, account: str) -> dict:
 
 async def test_two_replicas_share_the_trust_of_a_three_node_cluster(cluster, tmp_path):
     nodes, database_url, root = cluster
-    one = _replica(root, "replica-1", database_url, nodes[0])
-    two = _replica(root, "replica-2", database_url, nodes[1])
+    one = _replica(root, "replica-1", database_url, nodes[0].url)
+    # Replica 2 names nodes 2 and 3, comma-separated, as an operator would list a cluster.
+    two = _replica(root, "replica-2", database_url, f"{nodes[1].url},{nodes[2].url}")
     try:
         started = time.monotonic()
         one.start()
