@@ -92,6 +92,8 @@ class FleetNats:
         self.index = EnvironmentIndex(units)
         self.url = ""
         self._accounts: dict[str | None, Any] = {}  # environment id -> account key
+        # account name -> (its revocations, its signed JWT): a round re-signs only what changed
+        self._signed: dict[str, tuple[tuple[tuple[str, int], ...], str]] = {}
         self._sync_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -173,9 +175,15 @@ class FleetNats:
         states = await self.units.run(lambda u: nats_keys.account_states(u.session))
         for state in states:
             self._accounts.setdefault(state.environment_id, state.key)
-        return [
-            (st.public_key, authority.account_jwt(st.key, st.name, st.revocations)) for st in states
-        ]
+        claims = []
+        for st in states:
+            content = tuple(sorted(st.revocations.items()))
+            cached = self._signed.get(st.name)
+            if cached is None or cached[0] != content:
+                cached = (content, authority.account_jwt(st.key, st.name, st.revocations))
+                self._signed[st.name] = cached
+            claims.append((st.public_key, cached[1]))
+        return claims
 
     async def sync(self) -> None:
         """Every environment has an account, pushed, and a link into it."""
@@ -188,7 +196,8 @@ class FleetNats:
                 self._accounts[env_id] = await asyncio.to_thread(
                     nats_keys.environment_key, self.units.engine, env_id
                 )
-            await self.pusher.apply()  # also learns the legacy account, if imported
+            if new or not self.links.items():
+                await self.pusher.apply()  # also learns the legacy account, if imported
             for linked, key in list(self._accounts.items()):
                 if linked not in self.links:
                     await self.links.link(linked, key)

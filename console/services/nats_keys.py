@@ -10,6 +10,7 @@ renew into their environment's account (see ``docs/nats.md``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ def environment_account(environment_id: str) -> str:
     return f"env:{environment_id}"
 
 
+@functools.lru_cache(maxsize=65536)
 def keypair(seed: str) -> Any:
     return nkeys.from_seed(bytearray(seed.encode()))
 
