@@ -59,7 +59,7 @@ def main() -> None:
             console.bootstrap(client="bench", environment=f"env-{i}")
         console.token, console.bootstrap_info = info["token"], info
         started = time.perf_counter()
-        console.start()
+        console.start(timeout=300)
         up = time.perf_counter() - started
         try:
             log = console.log_path.read_text()
