@@ -63,13 +63,13 @@ def main() -> None:
         up = time.perf_counter() - started
         try:
             log = console.log_path.read_text()
-            linked = re.search(r"(\d+) environment account\(s\) linked in ([\d.]+) s", log)
+            linked = re.search(r"(\d+) environment account\(s\) linked in (.*)", log)
             latencies = asyncio.run(_revocations(console, args.revocations))
         finally:
             console.stop()
     print(f"environments: {args.environments}; Console up (healthz) in {up:.2f} s")
     if linked:
-        print(f"  accounts created, pushed and linked at start: {linked[1]} in {linked[2]} s")
+        print(f"  accounts created, pushed and linked at start: {linked[1]} in {linked[2]}")
     ms = sorted(1000 * x for x in latencies)
     print(
         f"revoke → connection closed: median {statistics.median(ms):.0f} ms, "

@@ -12,7 +12,6 @@ again for a connection that reconnects, as the client library re-subscribes by i
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -38,7 +37,6 @@ class AccountLinks:
         self._public = str(nkeys.from_seed(bytearray(seed)).public_key.decode())
         self._setup = setup
         self._links: dict[str | None, NatsClient] = {}
-        self._lock = asyncio.Lock()
 
     @property
     def public_key(self) -> str:
@@ -54,26 +52,26 @@ class AccountLinks:
         return list(self._links.items())
 
     async def link(self, environment_id: str | None, account: Any) -> NatsClient:
-        """The connection into ``account`` (its JWT must have been pushed), opened once."""
-        async with self._lock:
-            nc = self._links.get(environment_id)
-            if nc is not None:
-                return nc
-            token = console_jwt(account, self._public).encode()
-            label = environment_id or "legacy"
-            nc = await nats.connect(
-                self._servers,
-                nkeys_seed_str=self._seed.decode(),
-                user_jwt_cb=lambda: token,
-                name=f"proxima-console:{label}",
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
-                disconnected_cb=_log_cb(f"nats link {label} disconnected"),
-                reconnected_cb=_log_cb(f"nats link {label} reconnected"),
-            )
-            await self._setup(nc, environment_id)
-            self._links[environment_id] = nc
+        """The connection into ``account`` (its JWT must have been pushed), opened once. The
+        caller serialises links of one environment (``FleetNats.sync``)."""
+        nc = self._links.get(environment_id)
+        if nc is not None:
             return nc
+        token = console_jwt(account, self._public).encode()
+        label = environment_id or "legacy"
+        nc = await nats.connect(
+            self._servers,
+            nkeys_seed_str=self._seed.decode(),
+            user_jwt_cb=lambda: token,
+            name=f"proxima-console:{label}",
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            disconnected_cb=_log_cb(f"nats link {label} disconnected"),
+            reconnected_cb=_log_cb(f"nats link {label} reconnected"),
+        )
+        await self._setup(nc, environment_id)
+        self._links[environment_id] = nc
+        return nc
 
     async def close(self) -> None:
         for _env, nc in self.items():

@@ -123,6 +123,33 @@ def environment_key(engine: Engine, environment_id: str) -> Any:
     )
 
 
+def environment_keys(engine: Engine, environment_ids: list[str]) -> dict[str, Any]:
+    """The accounts of many environments at once: the missing ones created in one transaction
+    (when another replica creates one meanwhile, each is then settled on its own)."""
+    names = {environment_account(e): e for e in environment_ids}
+    with Session(engine, expire_on_commit=False) as session:
+        rows = session.exec(select(NatsAccount).where(col(NatsAccount.name).in_(list(names))))
+        held = {names[row.name]: keypair(row.seed) for row in rows}
+        missing = [e for e in environment_ids if e not in held]
+        seeds = {e: _new_seed(nkeys.PREFIX_BYTE_ACCOUNT) for e in missing}
+        for env_id, seed in seeds.items():
+            session.add(
+                NatsAccount(
+                    name=environment_account(env_id),
+                    environment_id=env_id,
+                    public_key=keypair(seed).public_key.decode(),
+                    seed=seed,
+                )
+            )
+        try:
+            session.commit()
+            held.update({e: keypair(seed) for e, seed in seeds.items()})
+        except IntegrityError:
+            session.rollback()
+            held.update({e: environment_key(engine, e) for e in missing})
+    return held
+
+
 @dataclass(frozen=True)
 class AccountState:
     """One account as the servers must know it: its key, and the keys it refuses."""
