@@ -84,7 +84,7 @@ def main() -> None:
     for name in (
         "proxima_enroll_db_seconds",
         "proxima_enroll_nats_apply_seconds",
-        "proxima_nats_reload_seconds",
+        "proxima_nats_claims_push_seconds",
     ):
         total = _metric(metrics, f"{name}_sum")
         count = _metric(metrics, f"{name}_count")

@@ -1,4 +1,4 @@
-"""``proxima-console``: serve, bootstrap, migrate."""
+"""``proxima-console``: serve, bootstrap, migrate, nats-config."""
 
 from __future__ import annotations
 
@@ -129,6 +129,34 @@ def bootstrap(
     table.add_row("scopes", ", ".join(result.scopes))
     Console().print(table)
     Console(stderr=True).print("[yellow]The token is shown once: store it now.[/yellow]")
+
+
+@app.command("nats-config")
+def nats_config(
+    resolver_dir: Annotated[
+        str, typer.Option(help="Where each server stores the account JWTs pushed to it")
+    ] = "jwt",
+) -> None:
+    """Print the NATS trust block every server includes (operator, system account, resolver).
+
+    The same on every node and for every Console replica: the keys are held once, in the
+    database (created here on first use; an older install's <data_dir>/nats-keys is imported).
+    Account JWTs are pushed by the Console at runtime; nothing here changes afterwards."""
+    from console.core.db import make_engine
+    from console.core.db import migrate as run_migrations
+    from console.services.nats_keys import load_authority
+
+    settings = _settings()
+    url = settings.resolved_database_url()
+    try:
+        run_migrations(url)
+        engine = make_engine(url)
+        authority = load_authority(engine, settings.data_dir / "nats-keys")
+        engine.dispose()
+    except Exception as exc:
+        _fail(f"nats-config failed: {exc}")
+        return
+    print(authority.render_config(resolver_dir), end="")
 
 
 def main() -> None:

@@ -362,6 +362,24 @@ class NatsRevocation(SQLModel, table=True):
     last_refused_at: datetime | None = None
 
 
+class NatsAccount(SQLModel, table=True):
+    """A NATS signing key held once, for every Console replica: the operator (``operator``), the
+    system account (``system``), one account per environment (``env:<environment id>``) and, on
+    installs older than 0010, the single account all agents used before (``fleet``). Created on
+    first use; the primary key settles a race between replicas (the loser reads the winner's
+    row), so every replica signs with the same keys. Back it up with the database."""
+
+    __tablename__ = "nats_account"
+
+    name: str = Field(primary_key=True, max_length=64)
+    environment_id: str | None = Field(
+        default=None, foreign_key="environment.id", index=True, max_length=32
+    )
+    public_key: str = Field(unique=True, max_length=64)
+    seed: str = Field(max_length=128, description="the nkey seed (secret)")
+    created_at: datetime = Field(default_factory=utcnow)
+
+
 class Cluster(SQLModel, table=True):
     """A Kubernetes cluster as the Console records it. ``slug`` is what inventory matches on."""
 

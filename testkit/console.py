@@ -99,12 +99,8 @@ class ConsoleProcess:
 
         from console.bootstrap import bootstrap
         from console.core.db import make_engine, migrate
-        from console.core.settings import ConsoleSettings
 
-        url = (
-            self.env.get("PROXIMA_DATABASE_URL")
-            or ConsoleSettings(data_dir=self.data_dir).resolved_database_url()
-        )
+        url = self.database_url()
         migrate(url)
         engine = make_engine(url)
         try:
@@ -114,7 +110,7 @@ class ConsoleProcess:
             engine.dispose()
         return dataclasses.asdict(result)
 
-    def start(self) -> ConsoleProcess:
+    def start(self, timeout: float = 30.0) -> ConsoleProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not self.token:
             self.bootstrap_info = self.bootstrap()
@@ -133,7 +129,7 @@ class ConsoleProcess:
                 raise CannotHappenError(f"console exited: {self.log_path.read_text()[-2000:]}")
             return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
 
-        wait_for(up, timeout=30, what="console /healthz")
+        wait_for(up, timeout=timeout, what="console /healthz")
         return self
 
     def stop(self) -> None:
@@ -145,6 +141,37 @@ class ConsoleProcess:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+
+    def database_url(self) -> str:
+        from console.core.settings import ConsoleSettings
+
+        return (
+            self.env.get("PROXIMA_DATABASE_URL")
+            or ConsoleSettings(data_dir=self.data_dir).resolved_database_url()
+        )
+
+    def nats_user_jwt(
+        self,
+        public_key: str,
+        *,
+        environment_id: str | None = None,
+        pub: list[str] | None = None,
+        sub: list[str] | None = None,
+        name: str = "test-user",
+    ) -> str:
+        """A user JWT signed by an environment's account (default: the bootstrap one), with the
+        keys the Console holds in its database, as a Console replica would sign it."""
+        from console.core.db import make_engine
+        from console.nats.jwt import user_jwt
+        from console.services.nats_keys import environment_key
+
+        env = environment_id or self.bootstrap_info["environment_id"]
+        engine = make_engine(self.database_url())
+        try:
+            account = environment_key(engine, env)
+        finally:
+            engine.dispose()
+        return user_jwt(account, public_key=public_key, name=name, pub=pub or [], sub=sub or [])
 
     def client(self, token: str | None = None) -> httpx.Client:
         return httpx.Client(

@@ -86,12 +86,9 @@ class NatsObserver:
     Console's NATS authority signs (subscribe-only), in a thread with its own event loop."""
 
     def __init__(self, console: ConsoleProcess) -> None:
-        from console.nats.jwt import NatsAuthority
-
         seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
         public = nkeys.from_seed(bytearray(seed)).public_key.decode()
-        authority = NatsAuthority.load_or_create(console.data_dir / "nats-keys")
-        self._jwt = authority.user_jwt(public_key=public, name="test-observer", pub=[], sub=[">"])
+        self._jwt = console.nats_user_jwt(public, sub=[">"], name="test-observer")
         self._seed = seed.decode()
         self._url = console.nats_url
         self.seen: list[Seen] = []

@@ -193,7 +193,7 @@ class InProcessRuntime:
     def agent_nats_url(self) -> str:
         return "nats://in-process.invalid:4222"
 
-    def agent_jwt(self, agent_id: str, public_key: str) -> str:
+    async def agent_jwt(self, agent_id: str, public_key: str, environment_id: str) -> str:
         return f"jwt-of:{agent_id}:{public_key}"
 
     async def apply_identities(self) -> None:

