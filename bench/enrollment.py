@@ -1,6 +1,11 @@
 """Enrollments per second and latency percentiles against a real Console on SQLite.
 
     .venv/bin/python -m bench.enrollment [--agents 1000] [--concurrency 16]
+        [--profile enroll.prof] [--top 25]
+
+``--profile`` runs the Console under cProfile (all threads, ``bench.profiled_console``) and
+prints its top frames by own time and by cumulative time; profiling slows it down, so the
+figures of a profiled run are not the benchmark's.
 
 Goal (issue 2): >= 200 enrollments/s, p99 <= 100 ms. Every enrollment is a real one: signature
 check, token check, a new record with evidence, and the NATS authorization reload that makes
@@ -11,6 +16,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
+import pstats
+import sys
 import statistics
 import tempfile
 import time
@@ -67,9 +75,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--profile", type=Path, default=None, help="write cProfile stats here")
+    parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        console = ConsoleProcess(Path(tmp) / "console").start()
+        command, env = None, {}
+        if args.profile:
+            command = [sys.executable, "-m", "bench.profiled_console"]
+            env["PROXIMA_PROFILE_OUT"] = str(args.profile.resolve())
+        console = ConsoleProcess(Path(tmp) / "console", command=command, env=env).start()
         try:
             result = asyncio.run(run(console, args.agents, args.concurrency))
             metrics = httpx.get(f"{console.url}/metrics").text
@@ -90,6 +104,11 @@ def main() -> None:
         count = _metric(metrics, f"{name}_count")
         if count:
             print(f"  {name}: {count:.0f} observations, mean {total / count * 1000:.1f} ms")
+    if args.profile:
+        for order in ("tottime", "cumulative"):
+            out = io.StringIO()
+            pstats.Stats(str(args.profile), stream=out).sort_stats(order).print_stats(args.top)
+            print(out.getvalue())
 
 
 def _metric(text: str, name: str) -> float:

@@ -105,6 +105,9 @@ class InstallToken(SQLModel, table=True):
     uses: int = 0
     revoked_at: datetime | None = None
     last_used_at: datetime | None = None
+    # The API token that minted it (None: made before migration 0010). Revoking that token, or
+    # any token above it, revokes this one too (``services.tokens``).
+    parent_id: str | None = Field(default=None, index=True, max_length=32)
 
 
 class Agent(SQLModel, table=True):
