@@ -18,8 +18,8 @@ import argparse
 import asyncio
 import io
 import pstats
-import sys
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path

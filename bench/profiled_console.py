@@ -36,7 +36,7 @@ def _dump(path: str) -> None:
     for p in _profiles:
         try:
             p.create_stats()
-        except Exception:  # noqa: BLE001 (a thread still inside a call: skip its profile)
+        except Exception:
             continue
         if stats is None:
             stats = pstats.Stats(p)

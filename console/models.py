@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
-from sqlalchemy import JSON, Column, Index, LargeBinary, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, Index, LargeBinary, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from console.core.clock import utcnow
@@ -379,3 +379,16 @@ class AuditFinding(SQLModel, table=True):
     message: str = Field(max_length=2048)
     fix: str | None = Field(default=None, max_length=1024)
     detail: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+class RateCounter(SQLModel, table=True):
+    """One rate-limit counter (``services.rate_limits``), shared by every Console replica: the
+    hits of the current fixed window and of the one before it (a sliding-window estimate)."""
+
+    __tablename__ = "rate_counter"
+
+    key: str = Field(primary_key=True, max_length=128)
+    slot: int = Field(sa_column=Column(BigInteger, nullable=False))
+    count: int = 0
+    previous: int = 0
+    expires_at: float = Field(index=True, description="epoch seconds: the row is useless after")

@@ -103,7 +103,7 @@ class ConsoleRuntime:
                 max_inflated_bytes=settings.inventory_max_inflated_bytes,
             ),
         )
-        self.rate_limits = RateLimits(settings)
+        self.rate_limits = RateLimits(settings, self.units)
         self.nats_url = ""
         self.rotation_waiters: dict[str, asyncio.Event] = {}
         self._sweeper: asyncio.Task[None] | None = None
@@ -267,11 +267,12 @@ class ConsoleRuntime:
         await self.nc.flush()
 
     async def _sweep(self) -> None:
-        """Expire dispatched rollout targets past their wave timeout."""
+        """Expire dispatched rollout targets past their wave timeout; drop spent rate counters."""
         while True:
             await asyncio.sleep(self.settings.rollout_sweep_seconds)
             try:
                 await self.units.run(lambda uow: expire_overdue(uow.session), write=True)
+                await self.rate_limits.sweep()
             except Exception:
                 log.exception("rollout timeout sweep failed; retrying")
 
