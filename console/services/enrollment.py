@@ -12,6 +12,7 @@ commits when a conflict must be recorded even though the request fails (``enroll
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -22,7 +23,13 @@ from sqlmodel import Session, col, select
 from console.core.clock import utcnow
 from console.core.secrets import evidence_hash, token_hash
 from console.core.signatures import SignatureError, verify
-from console.errors import BadRequestError, ConflictError, ForbiddenError, UnauthorizedError
+from console.errors import (
+    BadRequestError,
+    ConflictError,
+    ConsoleError,
+    ForbiddenError,
+    UnauthorizedError,
+)
 from console.models import Agent, AgentEvidence, InstallToken, NatsRevocation
 from console.services.agent_records import add_event, record_evidence, revoke_key, seen_at
 from console.services.rebinding import cancel_in_flight, rebound_refusal
@@ -353,13 +360,22 @@ def find_by_public_key(session: Session, public_key: str) -> Agent | None:
     return session.exec(select(Agent).where(col(Agent.nats_public_key) == public_key)).first()
 
 
-async def enroll_agent(rt: ServiceRuntime, req: EnrollRequest) -> tuple[EnrollResponse, bool]:
+async def enroll_agent(
+    rt: ServiceRuntime, req: EnrollRequest, *, guard: Callable[[UnitOfWork], None] | None = None
+) -> tuple[EnrollResponse, bool]:
     """Enroll or re-bind; the answer and whether a new record was made. A re-bind that retired
-    the record's previous key returns once NATS refuses that key."""
+    the record's previous key returns once NATS refuses that key.
+
+    ``guard`` runs first in the same transaction (the rate limits: one commit instead of two)
+    and is kept even when the enrollment is refused. That is sound because ``enroll`` raises
+    its refusals before it writes anything — except the clash it records on purpose — so
+    committing on a ``ConsoleError`` keeps only the guard's counts and that record."""
     settings = rt.settings
     started = time.perf_counter()
 
     def work(uow: UnitOfWork) -> EnrollOutcome:
+        if guard is not None:
+            guard(uow)
         outcome = enroll(
             uow.session,
             req=req,
@@ -371,8 +387,9 @@ async def enroll_agent(rt: ServiceRuntime, req: EnrollRequest) -> tuple[EnrollRe
             uow.after_commit(_timed_apply(rt))
         return outcome
 
-    # A conflict is kept on the record holding the name even though the request fails.
-    outcome = await rt.units.run(work, write=True, commit_on=(EnrollmentConflictError,))
+    # A conflict is kept on the record holding the name, and the guard's counts, even though the
+    # request fails.
+    outcome = await rt.units.run(work, write=True, commit_on=(ConsoleError,))
     agent = outcome.agent
     response = EnrollResponse(
         agent_id=agent.id,

@@ -80,7 +80,27 @@ class RateLimits:
         )
 
     async def check(self, rule: Rule, *, source: str | None, token_prefix: str | None) -> None:
-        """Count one attempt; raise ``TooManyRequestsError`` (429) when a rate is exceeded.
+        """Count one attempt in a unit of its own; raise ``TooManyRequestsError`` (429) when a
+        rate is exceeded."""
+        now = self._clock()
+        await self._units.run(
+            lambda uow: self.count(uow, rule, source=source, token_prefix=token_prefix, now=now),
+            write=True,
+            commit_on=(TooManyRequestsError,),
+        )
+
+    def count(
+        self,
+        uow: UnitOfWork,
+        rule: Rule,
+        *,
+        source: str | None,
+        token_prefix: str | None,
+        now: float | None = None,
+    ) -> None:
+        """Count one attempt in ``uow`` (a caller's write unit: enrollment counts in its own
+        transaction, saving a commit); raise ``TooManyRequestsError`` when a rate is exceeded,
+        the refused hit already taken back.
 
         The source is counted first: past its limit, the token's counter is left alone, so an
         address spraying made-up prefixes cannot exhaust a real token's allowance."""
@@ -89,10 +109,7 @@ class RateLimits:
             hits.append(("source", source, rule.per_source))
         if token_prefix and rule.per_token:
             hits.append((_kind(rule), token_prefix, rule.per_token))
-        if not hits:
-            return
-        now = self._clock()
-        refusal = await self._units.run(lambda uow: _count(uow, rule.door, hits, now), write=True)
+        refusal = _count(uow, rule.door, hits, self._clock() if now is None else now)
         if refusal is not None:
             raise TooManyRequestsError(
                 ErrorReason.RATE_LIMITED,
@@ -106,9 +123,7 @@ class RateLimits:
         now = self._clock()
 
         def work(uow: UnitOfWork) -> int:
-            gone = uow.session.exec(  # type: ignore[call-overload]
-                delete(RateCounter).where(col(RateCounter.expires_at) < now)
-            )
+            gone = uow.session.exec(delete(RateCounter).where(col(RateCounter.expires_at) < now))
             return int(gone.rowcount or 0)
 
         return await self._units.run(work, write=True)
@@ -151,11 +166,11 @@ def _hit(session: Session, key: str, item: RateLimitItem, now: float) -> int | N
     table = RateCounter.__table__  # type: ignore[attr-defined]
     dialect = session.get_bind().dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = insert(table).values(
+    fresh = insert(table).values(
         key=key, slot=slot, count=1, previous=0, expires_at=(slot + 2) * period
     )
     # Every right-hand side reads the row as it was before this update.
-    stmt = stmt.on_conflict_do_update(
+    stmt = fresh.on_conflict_do_update(
         index_elements=[table.c.key],
         set_={
             "previous": case(

@@ -276,7 +276,8 @@ def _revoke_descendants(
         minted = uow.session.exec(
             select(InstallToken).where(col(InstallToken.parent_id).in_(parents))
         ).all()
-        for child in [*children, *minted]:
+        fresh: list[ApiToken | InstallToken] = [*children, *minted]
+        for child in fresh:
             if child.revoked_at is None:
                 child.revoked_at = now
                 uow.session.add(child)

@@ -55,10 +55,12 @@ async def enroll_agent(
         "agent_type": req.agent_type.value,
     }
     try:
-        await runtime.rate_limits.check(
-            runtime.rate_limits.enroll, source=source, token_prefix=prefix
+        limits = runtime.rate_limits
+        answer, created = await enrollment.enroll_agent(
+            runtime,
+            req,
+            guard=lambda uow: limits.count(uow, limits.enroll, source=source, token_prefix=prefix),
         )
-        answer, created = await enrollment.enroll_agent(runtime, req)
     except ConsoleError as exc:
         failed = exc.status == 401 or exc.reason in _BAD_PROOF
         event = "auth_failed" if failed else "enroll_refused"
