@@ -5,7 +5,7 @@ against the same numbers and a restart keeps them. Each counter is a sliding-win
 (the algorithm of the ``limits`` library, whose notation the settings use): the hits of the
 current fixed window and of the one before, the older one weighted by how much of it still
 overlaps the sliding window. One hit is one atomic upsert (``INSERT … ON CONFLICT DO UPDATE …
-RETURNING``, on SQLite and PostgreSQL alike); a refused hit is taken back in the same
+RETURNING``, the same SQL on SQLite and PostgreSQL); a refused hit is taken back in the same
 transaction, so refusals do not extend a refusal. The limits are there to blunt floods and
 guessing, not to meter exactly.
 
@@ -22,8 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from limits import RateLimitItem, parse_many
-from sqlalchemy import case, delete
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import delete, text
 from sqlmodel import Session, col
 
 from console.core.settings import ConsoleSettings
@@ -158,37 +157,38 @@ def _key(door: str, kind: str, who: str, item: RateLimitItem) -> str:
     return key
 
 
+# One statement on SQLite and PostgreSQL alike, written out once: building it with the ORM
+# cost more than running it. In DO UPDATE every right-hand side reads the row as it was.
+_UPSERT = text(
+    """
+    INSERT INTO rate_counter (key, slot, count, previous, expires_at)
+    VALUES (:key, :slot, 1, 0, :expires_at)
+    ON CONFLICT (key) DO UPDATE SET
+        previous = CASE
+            WHEN rate_counter.slot = :slot THEN rate_counter.previous
+            WHEN rate_counter.slot = :slot - 1 THEN rate_counter.count
+            ELSE 0 END,
+        count = CASE WHEN rate_counter.slot = :slot THEN rate_counter.count + 1 ELSE 1 END,
+        slot = :slot,
+        expires_at = :expires_at
+    RETURNING count, previous
+    """
+)
+_TAKE_BACK = text("UPDATE rate_counter SET count = count - 1 WHERE key = :key")
+
+
 def _hit(session: Session, key: str, item: RateLimitItem, now: float) -> int | None:
     """One atomic hit on ``key``; None when within the rate, else the seconds to wait (the
     hit is taken back)."""
     period = float(item.get_expiry())
     slot = int(now // period)
-    table = RateCounter.__table__  # type: ignore[attr-defined]
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    fresh = insert(table).values(
-        key=key, slot=slot, count=1, previous=0, expires_at=(slot + 2) * period
-    )
-    # Every right-hand side reads the row as it was before this update.
-    stmt = fresh.on_conflict_do_update(
-        index_elements=[table.c.key],
-        set_={
-            "previous": case(
-                (table.c.slot == slot, table.c.previous),
-                (table.c.slot == slot - 1, table.c.count),
-                else_=0,
-            ),
-            "count": case((table.c.slot == slot, table.c.count + 1), else_=1),
-            "slot": slot,
-            "expires_at": (slot + 2) * period,
-        },
-    ).returning(table.c.count, table.c.previous)
-    count, previous = session.execute(stmt).one()
+    params = {"key": key, "slot": slot, "expires_at": (slot + 2) * period}
+    count, previous = session.execute(_UPSERT, params).one()
     elapsed = now - slot * period
     estimate = previous * (period - elapsed) / period + count
     if estimate <= item.amount:
         return None
-    session.execute(table.update().where(table.c.key == key).values(count=table.c.count - 1))
+    session.execute(_TAKE_BACK, {"key": key})
     return _retry_after(item.amount, count - 1, previous, period, elapsed)
 
 
