@@ -3,7 +3,9 @@
     PROXIMA_PROFILE_OUT=/tmp/enroll.prof python -m bench.profiled_console
 
 The database work of a request runs in worker threads, so the main thread's profile alone
-would miss it: each thread gets its own profiler and all are merged at exit (after uvicorn's
+would miss it: each thread gets its own profiler and all are merged at exit. The timer is
+each thread's CPU time (``time.thread_time``): waiting for a lock, the GIL or the network
+costs nothing, so on a busy shared machine the figures show where the CPU goes (after uvicorn's
 shutdown, SIGTERM exits through Python, so ``atexit`` runs). Used by ``bench.enrollment --profile``.
 """
 
@@ -16,13 +18,14 @@ import pstats
 import signal
 import sys
 import threading
+import time
 
 _profiles: list[cProfile.Profile] = []
 _lock = threading.Lock()
 
 
 def _thread_profile(*_args: object) -> None:
-    profile = cProfile.Profile()
+    profile = cProfile.Profile(time.thread_time)
     with _lock:
         _profiles.append(profile)
     sys.setprofile(None)  # the hook only starts this thread's profiler
@@ -48,7 +51,7 @@ def _dump(path: str) -> None:
 
 def main() -> None:
     out = os.environ.get("PROXIMA_PROFILE_OUT", "console.prof")
-    main_profile = cProfile.Profile()
+    main_profile = cProfile.Profile(time.thread_time)
     _profiles.append(main_profile)
     threading.setprofile(_thread_profile)
     atexit.register(_dump, out)

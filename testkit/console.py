@@ -117,7 +117,7 @@ class ConsoleProcess:
             engine.dispose()
         return dataclasses.asdict(result)
 
-    def start(self) -> ConsoleProcess:
+    def start(self, timeout: float = 30) -> ConsoleProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not self.token:
             self.bootstrap_info = self.bootstrap()
@@ -136,7 +136,7 @@ class ConsoleProcess:
                 raise CannotHappenError(f"console exited: {self.log_path.read_text()[-2000:]}")
             return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
 
-        wait_for(up, timeout=30, what="console /healthz")
+        wait_for(up, timeout=timeout, what="console /healthz")
         return self
 
     def stop(self) -> None:
