@@ -9,7 +9,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Backoff", "RetryLog"]
+__all__ = ["RETRY_AFTER_CAP", "Backoff", "RetryLog", "honour_retry_after"]
+
+# The longest a Console's ``Retry-After`` is obeyed for at once: a bad header (a day, say)
+# never parks an agent; past the cap it asks again.
+RETRY_AFTER_CAP = 60.0
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,23 @@ class Backoff:
     def delay(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
         step = self.step(attempt)
         return step * (1.0 - self.jitter * rng())
+
+
+def honour_retry_after(
+    retry_after: float | None,
+    own: float,
+    *,
+    cap: float = RETRY_AFTER_CAP,
+    jitter: float = 0.2,
+    rng: Callable[[], float] = random.random,
+) -> float:
+    """The wait before asking again: the Console's ``Retry-After`` (capped at ``cap``) plus up to
+    ``jitter`` of it at random, so a fleet told the same time does not return in lockstep; never
+    less than ``own``, the caller's backoff."""
+    if retry_after is None or retry_after <= 0:
+        return own
+    asked = min(cap, retry_after)
+    return max(own, asked * (1.0 + jitter * rng()))
 
 
 class RetryLog:

@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import SecretStr, ValidationError
 
 from agent.backend import BackendClient, EnrollAnswer
-from agent.backoff import Backoff, RetryLog
+from agent.backoff import Backoff, RetryLog, honour_retry_after
 from agent.credentials import new_seed, public_key, sign
 from agent.errors import AgentError, BackendAnswerError, BackendError
 from agent.health import Readiness
@@ -190,7 +190,10 @@ class Enroller:
             return self._persist(answer)
 
     async def _wait_after(self, error: Exception, attempt: int) -> None:
-        step = self.backoff.step(attempt)
+        """Back off; when the Console said how long (``Retry-After`` on a 429 or 503), wait at
+        least that (capped, jittered)."""
+        asked = getattr(error, "retry_after", None)
+        step = honour_retry_after(asked, self.backoff.step(attempt), jitter=0.0)
         summary = getattr(error, "summary", str(error))
         self.readiness.set_enrollment_problem(summary)
         if self.retry_log.should_log(summary, step):
@@ -209,7 +212,7 @@ class Enroller:
                     error,
                     format_duration(round(step, 3)),
                 )
-        await self._sleep(self.backoff.delay(attempt))
+        await self._sleep(honour_retry_after(asked, self.backoff.delay(attempt)))
 
     def _persist(self, answer: EnrollAnswer) -> AgentState:
         cfg = self.config

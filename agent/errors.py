@@ -162,7 +162,13 @@ class BackendAnswerError(BackendError):
     """The Console answered, but not with success; ``reason`` is its machine-readable reason."""
 
     def __init__(
-        self, url: str, status: int, reason: str, message: str, agent_id: str | None = None
+        self,
+        url: str,
+        status: int,
+        reason: str,
+        message: str,
+        agent_id: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         text = f"backend {url} answered {status} {reason}"
         if message:
@@ -172,6 +178,8 @@ class BackendAnswerError(BackendError):
         self.reason = reason
         self.detail = message
         self.agent_id = agent_id
+        # Seconds the Console asked us to wait (``Retry-After`` on a 429 or 503), if it did.
+        self.retry_after = retry_after
 
     @property
     def definite(self) -> bool:

@@ -28,6 +28,7 @@ __all__ = [
     "Transport",
     "TransportError",
     "UrllibTransport",
+    "retry_after_seconds",
     "tls_context",
 ]
 
@@ -66,6 +67,27 @@ class HttpResponse:
 
 
 Transport = Callable[[HttpRequest], HttpResponse]
+
+
+def retry_after_seconds(response: HttpResponse, now: float | None = None) -> float | None:
+    """A 429 or 503 answer's ``Retry-After`` in seconds (delay-seconds or an HTTP-date), else
+    None: absent, unreadable, or on another status."""
+    if response.status not in (429, 503):
+        return None
+    value = response.headers.get("retry-after", "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return float(value)
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    import time
+
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 class TransportError(Exception):

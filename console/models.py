@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
-from sqlalchemy import JSON, Column, Index, LargeBinary, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, Index, LargeBinary, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from console.core.clock import utcnow
@@ -105,6 +105,9 @@ class InstallToken(SQLModel, table=True):
     uses: int = 0
     revoked_at: datetime | None = None
     last_used_at: datetime | None = None
+    # The API token that minted it (None: made before migration 0010). Revoking that token, or
+    # any token above it, revokes this one too (``services.tokens``).
+    parent_id: str | None = Field(default=None, index=True, max_length=32)
 
 
 class Agent(SQLModel, table=True):
@@ -446,3 +449,16 @@ class AuditFinding(SQLModel, table=True):
     message: str = Field(max_length=2048)
     fix: str | None = Field(default=None, max_length=1024)
     detail: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+class RateCounter(SQLModel, table=True):
+    """One rate-limit counter (``services.rate_limits``), shared by every Console replica: the
+    hits of the current fixed window and of the one before it (a sliding-window estimate)."""
+
+    __tablename__ = "rate_counter"
+
+    key: str = Field(primary_key=True, max_length=128)
+    slot: int = Field(sa_column=Column(BigInteger, nullable=False))
+    count: int = 0
+    previous: int = 0
+    expires_at: float = Field(index=True, description="epoch seconds: the row is useless after")

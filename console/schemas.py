@@ -58,6 +58,11 @@ class InstallTokenPublic(BaseModel):
     revoked_at: datetime | None
     last_used_at: datetime | None
     state: str = Field(description="active, expired, used_up or revoked")
+    parent_id: str | None = Field(
+        default=None,
+        description="The API token that minted this one; revoking it (or a token above it) "
+        "revoked this one too. None: made before that link was recorded.",
+    )
 
 
 class InstallTokenCreated(InstallTokenPublic):

@@ -61,8 +61,11 @@ class ConsoleProcess:
         env: dict[str, str] | None = None,
         nats_port: int | None = None,
         port: int | None = None,
+        command: list[str] | None = None,
     ) -> None:
         self.data_dir = data_dir
+        # How the Console is run (``bench.enrollment --profile`` runs it under cProfile).
+        self.command = command or [sys.executable, "-m", "console", "serve"]
         self.port = port or free_port()
         self.nats_port = nats_port or free_port()
         self.env = {
@@ -117,7 +120,7 @@ class ConsoleProcess:
             self.token = self.bootstrap_info["token"]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "console", "serve"],
+                self.command,
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -180,8 +183,9 @@ class ConsoleProcess:
             timeout=30,
         )
 
-    def install_token(self, **body: Any) -> str:
-        with self.client() as c:
+    def install_token(self, *, by: str | None = None, **body: Any) -> str:
+        """A new install token, minted with ``by`` (an API token; the bootstrap one if None)."""
+        with self.client(by) as c:
             r = c.post("/api/v1/install-tokens", json={"name": "test", **body})
             r.raise_for_status()
             return str(r.json()["token"])

@@ -221,6 +221,11 @@ class ConsoleSettings(BaseSettings):
         default="2000/minute",
         description="Enrollment requests accepted with one install token (by its display prefix).",
     )
+    agent_credentials_rate: str = Field(
+        default="30/minute",
+        description="Signature-authenticated agent calls (a fresh NATS JWT, a key-rotation proof) "
+        "accepted for one agent id; more answer 429 with Retry-After.",
+    )
     log_level: str = Field(default="info")
     log_format: str = Field(default="plain", description="plain or json")
 
@@ -229,6 +234,7 @@ class ConsoleSettings(BaseSettings):
         "sign_in_rate_per_token",
         "enroll_rate_per_source",
         "enroll_rate_per_token",
+        "agent_credentials_rate",
     )
     @classmethod
     def _rate(cls, value: str) -> str:

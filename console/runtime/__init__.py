@@ -81,7 +81,7 @@ class ConsoleRuntime:
             ),
         )
         self.fleet_nats = FleetNats(settings, self.units, self.ingester)
-        self.rate_limits = RateLimits(settings)
+        self.rate_limits = RateLimits(settings, self.units)
         self.nats_url = ""
         self.rotation_waiters: dict[str, asyncio.Event] = {}
         self._sweeper: asyncio.Task[None] | None = None

@@ -12,6 +12,7 @@ commits when a conflict must be recorded even though the request fails (``enroll
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -22,7 +23,13 @@ from sqlmodel import Session, col, select
 from console.core.clock import utcnow
 from console.core.secrets import evidence_hash, token_hash
 from console.core.signatures import SignatureError, verify
-from console.errors import BadRequestError, ConflictError, ForbiddenError, UnauthorizedError
+from console.errors import (
+    BadRequestError,
+    ConflictError,
+    ConsoleError,
+    ForbiddenError,
+    UnauthorizedError,
+)
 from console.models import Agent, AgentEvidence, InstallToken, NatsRevocation
 from console.services.agent_records import add_event, record_evidence, revoke_key, seen_at
 from console.services.rebinding import cancel_in_flight, rebound_refusal
@@ -129,14 +136,22 @@ def _claim(req: EnrollRequest, token: InstallToken) -> EnrollmentClaim:
 def _check_key_free(session: Session, req: EnrollRequest, existing: Agent | None) -> None:
     """Keys are unique across all records, and a key once taken away never comes back: not
     under another name, not in another environment or tenant."""
-    if session.get(NatsRevocation, req.public_key) is not None:
+    # One round trip, no entities loaded: this runs on every enrollment, under the writer lock.
+    retired, holder_id = session.execute(
+        select(
+            select(NatsRevocation.public_key)
+            .where(NatsRevocation.public_key == req.public_key)
+            .scalar_subquery(),
+            select(Agent.id).where(col(Agent.nats_public_key) == req.public_key).scalar_subquery(),
+        )
+    ).one()
+    if retired is not None:
         raise ConflictError(
             ErrorReason.PUBLIC_KEY_RETIRED,
             "this public key was taken away (revoked, released, rotated or re-bound) and can "
             "never enroll again: generate a new key",
         )
-    holder = find_by_public_key(session, req.public_key)
-    if holder is not None and (existing is None or holder.id != existing.id):
+    if holder_id is not None and (existing is None or holder_id != existing.id):
         raise ConflictError(
             ErrorReason.PUBLIC_KEY_IN_USE,
             "another record holds this public key; every identity has its own key",
@@ -215,20 +230,19 @@ def enroll(
         case EnrollmentAction.SAME_IDENTITY:
             assert existing is not None
             return EnrollOutcome(agent=existing, created=False, rebound=False)
-        case EnrollmentAction.CREATE:
-            outcome = _create(session, req, token, now)
         case EnrollmentAction.REFUSE:
             assert existing is not None and held is not None and decision.refusal is not None
             conflict = _refusal(decision.refusal, existing, held, quiet_seconds, claim)
             _record_conflict(session, existing, conflict, now)
             raise conflict
-        case EnrollmentAction.REBIND:
-            assert existing is not None and decision.how is not None
-            outcome = _rebind(session, existing, req, token, now, decision.how)
+    # A use of the token, written in the same flush as the record (one flush, not two).
     token.uses += 1
     token.last_used_at = now
     session.add(token)
-    return outcome
+    if decision.action is EnrollmentAction.CREATE:
+        return _create(session, req, token, now)
+    assert existing is not None and decision.how is not None
+    return _rebind(session, existing, req, token, now, decision.how)
 
 
 def _create(
@@ -249,14 +263,6 @@ def _create(
         last_seen_at=now,
     )
     session.add(agent)
-    try:
-        session.flush()
-    except IntegrityError as exc:
-        session.rollback()
-        raise ConflictError(
-            ErrorReason.NAME_IN_USE,
-            f"{req.agent_type.value} {req.name!r} was enrolled by another request just now",
-        ) from exc
     record_evidence(
         session,
         agent_id=agent.id,
@@ -273,6 +279,14 @@ def _create(
         version=req.version,
         signals=sorted(req.signals.present()),
     )
+    try:
+        session.flush()  # the record, its evidence and event, the token's use: one flush
+    except IntegrityError as exc:
+        session.rollback()
+        raise ConflictError(
+            ErrorReason.NAME_IN_USE,
+            f"{req.agent_type.value} {req.name!r} was enrolled by another request just now",
+        ) from exc
     return EnrollOutcome(agent=agent, created=True, rebound=False)
 
 
@@ -353,13 +367,22 @@ def find_by_public_key(session: Session, public_key: str) -> Agent | None:
     return session.exec(select(Agent).where(col(Agent.nats_public_key) == public_key)).first()
 
 
-async def enroll_agent(rt: ServiceRuntime, req: EnrollRequest) -> tuple[EnrollResponse, bool]:
+async def enroll_agent(
+    rt: ServiceRuntime, req: EnrollRequest, *, guard: Callable[[UnitOfWork], None] | None = None
+) -> tuple[EnrollResponse, bool]:
     """Enroll or re-bind; the answer and whether a new record was made. A re-bind that retired
-    the record's previous key returns once NATS refuses that key."""
+    the record's previous key returns once NATS refuses that key.
+
+    ``guard`` runs first in the same transaction (the rate limits: one commit instead of two)
+    and is kept even when the enrollment is refused. That is sound because ``enroll`` raises
+    its refusals before it writes anything — except the clash it records on purpose — so
+    committing on a ``ConsoleError`` keeps only the guard's counts and that record."""
     settings = rt.settings
     started = time.perf_counter()
 
     def work(uow: UnitOfWork) -> EnrollOutcome:
+        if guard is not None:
+            guard(uow)
         outcome = enroll(
             uow.session,
             req=req,
@@ -371,8 +394,9 @@ async def enroll_agent(rt: ServiceRuntime, req: EnrollRequest) -> tuple[EnrollRe
             uow.after_commit(_timed_apply(rt))
         return outcome
 
-    # A conflict is kept on the record holding the name even though the request fails.
-    outcome = await rt.units.run(work, write=True, commit_on=(EnrollmentConflictError,))
+    # A conflict is kept on the record holding the name, and the guard's counts, even though the
+    # request fails.
+    outcome = await rt.units.run(work, write=True, commit_on=(ConsoleError,))
     agent = outcome.agent
     response = EnrollResponse(
         agent_id=agent.id,

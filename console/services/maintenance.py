@@ -7,6 +7,8 @@ a lease that changed hands mid-job (a holder paused past its ``ttl``) doubles no
   deadline become ``timed_out`` — a conditional update, so a result recorded meanwhile wins;
 - ``rollout-drivers`` (every ``PROXIMA_DRIVER_CHECK_SECONDS``): each unfinished rollout's flow
   run asked of Prefect (``rollouts.drivers``; marking is conditional, logged once);
+- rate-limit counters whose windows are over are deleted (no lease: a repeated delete is a
+  no-op);
 - ``sqlite-statistics`` (hourly, SQLite only): ``ANALYZE``, so the planner pages the fleet list
   by its ordering index instead of sorting (PostgreSQL's autovacuum does this itself).
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -26,6 +29,7 @@ from sqlalchemy import text
 
 from console.core.clock import utcnow
 from console.services.leases import acquire
+from console.services.rate_limits import delete_spent
 from console.services.rollouts.drivers import check_drivers
 from console.services.rollouts.results import expire_overdue
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
@@ -92,6 +96,11 @@ class Maintenance:
 
         return await self.rt.units.run(work, write=True)
 
+    async def sweep_rate_counters(self) -> int:
+        """Drop rate-limit counters whose windows are over (idempotent: no lease)."""
+        now = time.time()
+        return await self.rt.units.run(lambda uow: delete_spent(uow, now), write=True)
+
     async def tick(self, monotonic_now: float) -> None:
         """The jobs that are due; one failing never stops the others."""
         s = self.rt.settings
@@ -99,6 +108,7 @@ class Maintenance:
             ("timeouts", s.rollout_sweep_seconds, self.expire_timeouts),
             ("drivers", s.driver_check_seconds, self.check_drivers),
             ("statistics", STATISTICS_SECONDS, self.analyze),
+            ("rate counters", s.rollout_sweep_seconds, self.sweep_rate_counters),
         ]
         for name, every, job in jobs:
             if not self._due(name, every, monotonic_now):

@@ -179,6 +179,7 @@ def install_token_public(token: InstallToken, now: datetime | None = None) -> In
         revoked_at=token.revoked_at,
         last_used_at=token.last_used_at,
         state=install_token_state(token, now),
+        parent_id=token.parent_id,
     )
 
 

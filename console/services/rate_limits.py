@@ -1,41 +1,67 @@
-"""Rate limits on sign-in and enrollment, per source address and per token prefix.
+"""Rate limits on sign-in, enrollment and the agents' signed credential calls.
 
-Counters come from the ``limits`` library (sliding-window counters in memory). Each Console
-replica holds its own: behind N replicas an address or token gets up to N times the configured
-rate, and a restart forgets the counters. The limits are there to blunt floods and guessing from
-one place, not to meter exactly. The source address is the one uvicorn reports: behind a proxy
-or ingress, run uvicorn with ``--forwarded-allow-ips`` set to the proxy so it is the client's.
+Counters live in the Console's database (table ``rate_counter``), so every replica counts
+against the same numbers and a restart keeps them. Each counter is a sliding-window counter
+(the algorithm of the ``limits`` library, whose notation the settings use): the hits of the
+current fixed window and of the one before, the older one weighted by how much of it still
+overlaps the sliding window. One hit is one atomic upsert (``INSERT … ON CONFLICT DO UPDATE …
+RETURNING``, the same SQL on SQLite and PostgreSQL); a refused hit is taken back in the same
+transaction, so refusals do not extend a refusal. The limits are there to blunt floods and
+guessing, not to meter exactly.
+
+The source address is the one uvicorn reports: behind a proxy or ingress, run uvicorn with
+``--forwarded-allow-ips`` set to the proxy so it is the client's.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from limits import RateLimitItem, parse_many
-from limits.storage import MemoryStorage
-from limits.strategies import SlidingWindowCounterRateLimiter
+from sqlalchemy import delete, text
+from sqlmodel import Session, col
 
 from console.core.settings import ConsoleSettings
 from console.errors import TooManyRequestsError
+from console.models import RateCounter
+from console.services.unit_of_work import UnitOfWork, UnitsOfWork
 from contracts.vocabulary import ErrorReason
 
-__all__ = ["RateLimits", "Rule"]
+__all__ = ["RateLimits", "Rule", "delete_spent"]
+
+_WHO = {"source": "address", "token": "token", "agent": "agent"}
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """The rates of one door (``sign_in``, ``enroll``): per source, per token prefix."""
+    """The rates of one door (``sign_in``, ``enroll``, ``agent_credentials``)."""
 
     door: str
     per_source: list[RateLimitItem]
     per_token: list[RateLimitItem]
 
 
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    door: str
+    kind: str
+    item: RateLimitItem
+    retry_after: int
+
+
 class RateLimits:
-    def __init__(self, settings: ConsoleSettings) -> None:
-        self._limiter = SlidingWindowCounterRateLimiter(MemoryStorage())
+    def __init__(
+        self,
+        settings: ConsoleSettings,
+        units: UnitsOfWork,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._units = units
+        self._clock = clock
         self.sign_in = Rule(
             "sign_in",
             parse_many(settings.sign_in_rate_per_source),
@@ -46,25 +72,135 @@ class RateLimits:
             parse_many(settings.enroll_rate_per_source),
             parse_many(settings.enroll_rate_per_token),
         )
+        # Signature-authenticated agent calls (``…/nats-credentials``, ``…/credentials``): per
+        # agent id, the "token" of these calls.
+        self.agent_credentials = Rule(
+            "agent_credentials", [], parse_many(settings.agent_credentials_rate)
+        )
 
-    def check(self, rule: Rule, *, source: str, token_prefix: str | None) -> None:
-        """Count one attempt; raise ``TooManyRequestsError`` (429) when a rate is exceeded.
+    async def check(self, rule: Rule, *, source: str | None, token_prefix: str | None) -> None:
+        """Count one attempt in a unit of its own; raise ``TooManyRequestsError`` (429) when a
+        rate is exceeded."""
+        now = self._clock()
+        await self._units.run(
+            lambda uow: self.count(uow, rule, source=source, token_prefix=token_prefix, now=now),
+            write=True,
+            commit_on=(TooManyRequestsError,),
+        )
+
+    def count(
+        self,
+        uow: UnitOfWork,
+        rule: Rule,
+        *,
+        source: str | None,
+        token_prefix: str | None,
+        now: float | None = None,
+    ) -> None:
+        """Count one attempt in ``uow`` (a caller's write unit: enrollment counts in its own
+        transaction, saving a commit); raise ``TooManyRequestsError`` when a rate is exceeded,
+        the refused hit already taken back.
 
         The source is counted first: past its limit, the token's counter is left alone, so an
         address spraying made-up prefixes cannot exhaust a real token's allowance."""
-        self._hit(rule, rule.per_source, "source", source)
-        if token_prefix:
-            self._hit(rule, rule.per_token, "token", token_prefix)
+        hits: list[tuple[str, str, list[RateLimitItem]]] = []
+        if source and rule.per_source:
+            hits.append(("source", source, rule.per_source))
+        if token_prefix and rule.per_token:
+            hits.append((_kind(rule), token_prefix, rule.per_token))
+        refusal = _count(uow, rule.door, hits, self._clock() if now is None else now)
+        if refusal is not None:
+            raise TooManyRequestsError(
+                ErrorReason.RATE_LIMITED,
+                f"too many {refusal.door.replace('_', '-')} attempts from this "
+                f"{_WHO[refusal.kind]} (limit {refusal.item}): retry in {refusal.retry_after} s",
+                retry_after=refusal.retry_after,
+            )
 
-    def _hit(self, rule: Rule, items: list[RateLimitItem], kind: str, key: str) -> None:
+    async def sweep(self) -> int:
+        """Delete counters whose windows are over; how many."""
+        now = self._clock()
+        return await self._units.run(lambda uow: delete_spent(uow, now), write=True)
+
+
+def delete_spent(uow: UnitOfWork, now: float) -> int:
+    """Delete the counters whose windows ended before ``now`` (epoch seconds); how many. A
+    repeated delete is a no-op, so any replica may run it."""
+    gone = uow.session.exec(delete(RateCounter).where(col(RateCounter.expires_at) < now))
+    return int(gone.rowcount or 0)
+
+
+def _kind(rule: Rule) -> str:
+    return "agent" if rule.door == "agent_credentials" else "token"
+
+
+def _count(
+    uow: UnitOfWork,
+    door: str,
+    hits: list[tuple[str, str, list[RateLimitItem]]],
+    now: float,
+) -> _Refusal | None:
+    for kind, who, items in hits:
         for item in items:
-            if not self._limiter.hit(item, rule.door, kind, key):
-                reset = self._limiter.get_window_stats(item, rule.door, kind, key).reset_time
-                retry_after = max(1, math.ceil(reset - time.time()))
-                raise TooManyRequestsError(
-                    ErrorReason.RATE_LIMITED,
-                    f"too many {rule.door.replace('_', '-')} attempts from this "
-                    f"{'address' if kind == 'source' else 'token'} (limit {item}): "
-                    f"retry in {retry_after} s",
-                    retry_after=retry_after,
-                )
+            key = _key(door, kind, who, item)
+            retry_after = _hit(uow.session, key, item, now)
+            if retry_after is not None:
+                return _Refusal(door, kind, item, retry_after)
+    return None
+
+
+def _key(door: str, kind: str, who: str, item: RateLimitItem) -> str:
+    key = f"{door}/{kind}/{item.amount}per{item.get_expiry()}s/{who}"
+    if len(key) > 128:  # an over-long path parameter, say: a digest keeps it bounded
+        key = (
+            f"{door}/{kind}/{item.amount}per{item.get_expiry()}s/#"
+            + hashlib.sha256(who.encode()).hexdigest()
+        )
+    return key
+
+
+# One statement on SQLite and PostgreSQL alike, written out once: building it with the ORM
+# cost more than running it. In DO UPDATE every right-hand side reads the row as it was.
+_UPSERT = text(
+    """
+    INSERT INTO rate_counter (key, slot, count, previous, expires_at)
+    VALUES (:key, :slot, 1, 0, :expires_at)
+    ON CONFLICT (key) DO UPDATE SET
+        previous = CASE
+            WHEN rate_counter.slot = :slot THEN rate_counter.previous
+            WHEN rate_counter.slot = :slot - 1 THEN rate_counter.count
+            ELSE 0 END,
+        count = CASE WHEN rate_counter.slot = :slot THEN rate_counter.count + 1 ELSE 1 END,
+        slot = :slot,
+        expires_at = :expires_at
+    RETURNING count, previous
+    """
+)
+_TAKE_BACK = text("UPDATE rate_counter SET count = count - 1 WHERE key = :key")
+
+
+def _hit(session: Session, key: str, item: RateLimitItem, now: float) -> int | None:
+    """One atomic hit on ``key``; None when within the rate, else the seconds to wait (the
+    hit is taken back)."""
+    period = float(item.get_expiry())
+    slot = int(now // period)
+    params = {"key": key, "slot": slot, "expires_at": (slot + 2) * period}
+    count, previous = session.execute(_UPSERT, params).one()
+    elapsed = now - slot * period
+    estimate = previous * (period - elapsed) / period + count
+    if estimate <= item.amount:
+        return None
+    session.execute(_TAKE_BACK, {"key": key})
+    return _retry_after(item.amount, count - 1, previous, period, elapsed)
+
+
+def _retry_after(amount: int, count: int, previous: int, period: float, elapsed: float) -> int:
+    """Seconds until one more hit fits: the older window's weight has to fall far enough, or,
+    when the current window alone is full, the next window has to start."""
+    if count + 1 > amount or previous == 0:
+        wait = period - elapsed
+    else:
+        # previous * (period - t) / period + count + 1 <= amount  =>  t >= …
+        t = period * (1 - (amount - count - 1) / previous)
+        wait = max(0.0, t - elapsed)
+    return max(1, math.ceil(wait))

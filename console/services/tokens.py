@@ -75,6 +75,7 @@ def _new_install_token(
         if body.expires_in_seconds
         else None,
         max_uses=body.max_uses,
+        parent_id=principal.token_id,
     )
     uow.session.add(token)
     uow.session.flush()
@@ -246,12 +247,13 @@ async def revoke_api_token(
         if token.revoked_at is None:
             token.revoked_at = now
             uow.session.add(token)
-        descendants = _revoke_descendants(uow, token.id, now)
+        descendants, install_tokens = _revoke_descendants(uow, token.id, now)
         audit(
             "api_token_revoked",
             token_id=token.id,
             prefix=token.prefix,
             descendants_revoked=descendants,
+            install_tokens_revoked=install_tokens,
             by_token_id=principal.token_id,
         )
         return api_token_public(token)
@@ -259,18 +261,26 @@ async def revoke_api_token(
     return await rt.units.run(work, write=True)
 
 
-def _revoke_descendants(uow: UnitOfWork, token_id: str, now: datetime) -> list[str]:
-    """Revoke the tokens minted under ``token_id``, generation by generation; their ids."""
+def _revoke_descendants(
+    uow: UnitOfWork, token_id: str, now: datetime
+) -> tuple[list[str], list[str]]:
+    """Revoke what was minted under ``token_id``, generation by generation: the API tokens and
+    the install tokens of each generation (``token_id``'s own included). Their ids."""
     revoked: list[str] = []
+    installs: list[str] = []
     parents = [token_id]
     while parents:
         children = uow.session.exec(
             select(ApiToken).where(col(ApiToken.parent_id).in_(parents))
         ).all()
-        for child in children:
+        minted = uow.session.exec(
+            select(InstallToken).where(col(InstallToken.parent_id).in_(parents))
+        ).all()
+        fresh: list[ApiToken | InstallToken] = [*children, *minted]
+        for child in fresh:
             if child.revoked_at is None:
                 child.revoked_at = now
                 uow.session.add(child)
-                revoked.append(child.id)
+                (revoked if isinstance(child, ApiToken) else installs).append(child.id)
         parents = [c.id for c in children]  # ids are minted after their parent's: no cycles
-    return revoked
+    return revoked, installs

@@ -1,14 +1,19 @@
-"""Rate limits on sign-in and enrollment, on real Consoles: per source address and per token
-prefix, answered 429 ``{reason: rate_limited, message}`` with Retry-After, logged without
-secrets; the defaults let a fleet's enrollment burst (1,000 agents behind one NAT with one
-install token in well under a minute) through untouched."""
+"""Rate limits on sign-in, enrollment and the agents' signed credential calls, on real
+Consoles: per source address, per token prefix and per agent id, answered 429
+``{reason: rate_limited, message}`` with Retry-After, logged without secrets, counted in the
+database (two replicas give one rate; a restart keeps it); the defaults let a fleet's
+enrollment burst (1,000 agents behind one NAT with one install token in well under a minute)
+through untouched."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 
+from contracts.enrollment import nats_credentials_message
 from testkit.console import ConsoleProcess, Identity
 from testkit.fixtures import ConsoleFactory
 from testkit.signing_in import browser, sign_in
@@ -107,3 +112,58 @@ def test_the_defaults_let_a_thousand_agents_behind_one_nat_enroll_in_a_minute(
 
     codes = asyncio.run(asyncio.wait_for(burst(), timeout=60))
     assert codes.count(201) == 1000, {c: codes.count(c) for c in set(codes)}
+
+
+def test_two_replicas_on_one_database_give_one_rate_and_a_restart_keeps_it(
+    console_factory: ConsoleFactory, tmp_path: Path
+):
+    shared = f"sqlite:///{tmp_path / 'shared.db'}"
+    limit = {"PROXIMA_ENROLL_RATE_PER_TOKEN": "4/minute"}
+    a = console_factory("a", database_url=shared, env=limit)
+    b = ConsoleProcess(tmp_path / "b", database_url=shared, env=limit)
+    b.token = a.token  # the same Console data: no second bootstrap
+    try:
+        b.start()
+        token = a.install_token()
+        for n, replica in enumerate((a, b, a, b)):
+            assert Identity(name=f"r-{n}").enroll(replica, token).status_code == 201
+        assert_rate_limited(Identity(name="r-4").enroll(a, token))
+        assert_rate_limited(Identity(name="r-5").enroll(b, token))
+    finally:
+        b.stop()
+    a.stop()
+    a.start()
+    assert_rate_limited(Identity(name="r-6").enroll(a, token))
+
+
+def test_signed_agent_calls_are_limited_per_agent_id(console_factory: ConsoleFactory):
+    console = console_factory(env={"PROXIMA_AGENT_CREDENTIALS_RATE": "3/minute"})
+    token = console.install_token()
+    busy, calm = Identity(name="busy"), Identity(name="calm")
+    ids = {i.name: i.enroll(console, token).json()["agent_id"] for i in (busy, calm)}
+
+    def fresh_jwt(identity: Identity) -> httpx.Response:
+        agent_id, signed_at = ids[identity.name], datetime.now(UTC)
+        message = nats_credentials_message(
+            agent_id=agent_id, public_key=identity.public_key, signed_at=signed_at
+        )
+        body = {
+            "public_key": identity.public_key,
+            "signed_at": signed_at.isoformat(),
+            "signature": identity.sign(message),
+        }
+        return httpx.post(
+            f"{console.url}/api/v1/agents/{agent_id}/nats-credentials", json=body, timeout=30
+        )
+
+    for _ in range(3):
+        assert fresh_jwt(busy).status_code == 200
+    r = fresh_jwt(busy)
+    assert_rate_limited(r)
+    assert r.json()["reason"] == "rate_limited"
+    rotation = httpx.post(
+        f"{console.url}/api/v1/agents/{ids['busy']}/credentials", json={}, timeout=30
+    )
+    assert rotation.status_code == 429, "the rotation proof shares the agent's allowance"
+    assert fresh_jwt(calm).status_code == 200, "another agent is not held back"
+    assert any("agent_call_refused" in line for line in audit_lines(console))

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from testkit.console import ConsoleProcess
+from testkit.console import ConsoleProcess, Identity
 from testkit.fixtures import ConsoleFactory
 
 DELEGATE = ["tokens:write", "tokens:read", "agents:read"]
@@ -53,6 +53,26 @@ def test_revoking_a_token_revokes_what_it_minted(console_factory: ConsoleFactory
         r = whoami(console, t["token"])
         assert r.status_code == 401 and r.json()["reason"] == "token_revoked"
     assert whoami(console, console.token).status_code == 200
+
+
+def test_revoking_a_token_revokes_the_install_tokens_it_minted(console_factory: ConsoleFactory):
+    """A leaked delegate minted install tokens (itself and through a child): revoking the
+    delegate ends them all; an install token the admin minted keeps working."""
+    console = console_factory()
+    delegate = mint(console, console.token, DELEGATE)
+    kid = mint(console, delegate["token"], DELEGATE)
+    minted = [console.install_token(by=t) for t in (delegate["token"], kid["token"])]
+    kept = console.install_token()
+    with console.client() as admin:
+        assert admin.post(f"/api/v1/api-tokens/{delegate['id']}/revoke").status_code == 200
+    for n, install in enumerate(minted):
+        r = Identity(name=f"late-{n}").enroll(console, install)
+        assert r.status_code == 401 and r.json()["reason"] == "install_token_revoked", r.text
+    assert Identity(name="kept").enroll(console, kept).status_code == 201
+    revoked = [
+        line for line in console.log_path.read_text().splitlines() if "api_token_revoked" in line
+    ]
+    assert revoked and "install_tokens_revoked" in revoked[-1]
 
 
 def test_a_child_never_outranks_its_parent(console_factory: ConsoleFactory):

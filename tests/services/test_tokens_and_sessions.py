@@ -7,10 +7,11 @@ from sqlmodel import select
 
 from console.auth import Principal
 from console.errors import ForbiddenError, UnauthorizedError
-from console.models import ApiToken
+from console.models import ApiToken, InstallToken
 from console.models import WebSession as SessionRow
-from console.schemas import ApiTokenCreate
+from console.schemas import ApiTokenCreate, InstallTokenCreate
 from console.services import access, tokens
+from console.services.unit_of_work import UnitOfWork
 from console.web.sessions import SessionStore, session_id
 from contracts.vocabulary import ErrorReason
 from testkit.services import InProcessConsole
@@ -81,6 +82,50 @@ async def test_revoking_a_parent_revokes_its_children_and_theirs(services: InPro
         with pytest.raises(UnauthorizedError) as refused:
             await access.identity_for_token(services.rt, raw)
         assert refused.value.reason == ErrorReason.TOKEN_REVOKED
+
+
+async def test_revoking_a_token_revokes_the_install_tokens_it_and_its_children_minted(
+    services: InProcessConsole,
+):
+    _, parent = await child(services, services.principal, ["tokens:write", "agents:read"])
+    _, kid = await child(services, parent, ["tokens:write", "agents:read"])
+    by_parent = await tokens.create_install_token(
+        services.rt, parent, InstallTokenCreate(name="by parent")
+    )
+    by_kid = await tokens.create_install_token(services.rt, kid, InstallTokenCreate(name="by kid"))
+    by_root = await tokens.create_install_token(
+        services.rt, services.principal, InstallTokenCreate(name="by root")
+    )
+    assert (by_parent.parent_id, by_kid.parent_id) == (parent.token_id, kid.token_id)
+    await tokens.revoke_api_token(services.rt, services.principal, parent.token_id)
+    states = {
+        t.id: t.state for t in await tokens.list_install_tokens(services.rt, services.principal)
+    }
+    assert states == {by_parent.id: "revoked", by_kid.id: "revoked", by_root.id: "active"}
+
+
+async def test_install_tokens_made_before_the_link_outlive_their_maker(
+    services: InProcessConsole,
+):
+    """Rows from before migration 0010 have no parent: revoking the API token leaves them (the
+    documented gap)."""
+    _, parent = await child(services, services.principal, ["tokens:write"])
+    old = await tokens.create_install_token(services.rt, parent, InstallTokenCreate(name="old"))
+
+    def unlink(uow: UnitOfWork) -> None:
+        row = uow.session.get(InstallToken, old.id)
+        assert row is not None
+        row.parent_id = None
+        uow.session.add(row)
+
+    await services.rt.units.run(unlink, write=True)
+    await tokens.revoke_api_token(services.rt, services.principal, parent.token_id)
+    [listed] = [
+        t
+        for t in await tokens.list_install_tokens(services.rt, services.principal)
+        if t.id == old.id
+    ]
+    assert listed.state == "active" and listed.parent_id is None
 
 
 # -- never revokes a token that outranks it --------------------------------------------------------

@@ -1,6 +1,6 @@
 """Agent-facing endpoints: enrollment and the credential-rotation proof."""
 
-from fastapi import APIRouter, Request, Response, status
+from fastapi import APIRouter, Depends, Request, Response, status
 
 from console.api.deps import RuntimeDep
 from console.core.audit_log import Field, audit, audit_refusal, client_address
@@ -29,7 +29,7 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     409: {"model": ErrorBody, "description": "the (environment, agent_type, name) is held"},
     422: {"model": ErrorBody, "description": "malformed request"},
 }
-_ENROLL_ERRORS: dict[int | str, dict[str, object]] = {
+_LIMITED_ERRORS: dict[int | str, dict[str, object]] = {
     **_ERRORS,
     429: {"model": ErrorBody, "description": "rate limited (see Retry-After)"},
 }
@@ -41,7 +41,7 @@ _ENROLL_ERRORS: dict[int | str, dict[str, object]] = {
     status_code=status.HTTP_201_CREATED,
     responses={
         200: {"model": EnrollResponse, "description": "re-bound or repeated"},
-        **_ENROLL_ERRORS,
+        **_LIMITED_ERRORS,
     },
 )
 async def enroll_agent(
@@ -55,8 +55,12 @@ async def enroll_agent(
         "agent_type": req.agent_type.value,
     }
     try:
-        runtime.rate_limits.check(runtime.rate_limits.enroll, source=source, token_prefix=prefix)
-        answer, created = await enrollment.enroll_agent(runtime, req)
+        limits = runtime.rate_limits
+        answer, created = await enrollment.enroll_agent(
+            runtime,
+            req,
+            guard=lambda uow: limits.count(uow, limits.enroll, source=source, token_prefix=prefix),
+        )
     except ConsoleError as exc:
         failed = exc.status == 401 or exc.reason in _BAD_PROOF
         event = "auth_failed" if failed else "enroll_refused"
@@ -73,7 +77,32 @@ async def enroll_agent(
     return answer
 
 
-@router.post("/{agent_id}/credentials", response_model=RotationAccepted, responses=_ERRORS)
+async def _limit_agent(runtime: RuntimeDep, agent_id: str, request: Request) -> None:
+    """Per agent id: a flood of signed calls for one identity (a replayed or buggy agent). A
+    dependency, so it counts before the body is even read: malformed calls count too."""
+    try:
+        rules = runtime.rate_limits
+        await rules.check(rules.agent_credentials, source=None, token_prefix=agent_id)
+    except ConsoleError as exc:
+        audit_refusal(
+            "agent_call_refused",
+            surface="agent",
+            reason=exc.reason,
+            agent_id=agent_id[:64],
+            source=client_address(request),
+        )
+        raise
+
+
+_LIMITED = [Depends(_limit_agent)]
+
+
+@router.post(
+    "/{agent_id}/credentials",
+    response_model=RotationAccepted,
+    responses=_LIMITED_ERRORS,
+    dependencies=_LIMITED,
+)
 async def rotate_proof(
     agent_id: str, proof: RotationProof, runtime: RuntimeDep
 ) -> RotationAccepted:
@@ -81,7 +110,12 @@ async def rotate_proof(
     return await identities.accept_rotation(runtime, agent_id, proof)
 
 
-@router.post("/{agent_id}/nats-credentials", response_model=NatsCredentials, responses=_ERRORS)
+@router.post(
+    "/{agent_id}/nats-credentials",
+    response_model=NatsCredentials,
+    responses=_LIMITED_ERRORS,
+    dependencies=_LIMITED,
+)
 async def nats_credentials(
     agent_id: str, body: NatsCredentialsRequest, runtime: RuntimeDep
 ) -> NatsCredentials:

@@ -133,7 +133,7 @@ async def sign_in(request: Request, runtime: RuntimeDep) -> Response:
     next_path = _safe_next(form.get("next")) or ""
     source = client_address(request)
     try:
-        runtime.rate_limits.check(
+        await runtime.rate_limits.check(
             runtime.rate_limits.sign_in, source=source, token_prefix=loggable_prefix(token)
         )
         principal = (await access.identity_for_token(runtime, token)).principal
