@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import exc as db_errors
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -24,6 +25,7 @@ from console.api.routes import (
     clusters,
     enroll,
     fleet,
+    health,
     install_tokens,
     rollouts,
 )
@@ -253,14 +255,23 @@ def create_app(settings: ConsoleSettings, runtime: ConsoleRuntime | None = None)
     async def internal(_request: Request, _exc: Exception) -> JSONResponse:
         return _error(500, ErrorReason.INTERNAL_ERROR, "internal error (logged by the Console)")
 
-    @app.get("/healthz", tags=["health"])
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok", "version": VERSION, "nats": runtime.nats_url}
+    @app.exception_handler(db_errors.OperationalError)
+    @app.exception_handler(db_errors.InterfaceError)
+    @app.exception_handler(db_errors.TimeoutError)
+    async def database_down(_request: Request, exc: Exception) -> JSONResponse:
+        # Database work outside a unit of work (the unit answers ServiceUnavailableError).
+        runtime.units.database.failed(exc)
+        return _error(
+            503,
+            ErrorReason.DATABASE_UNAVAILABLE,
+            "the Console's database is unavailable; retry later",
+        )
 
     @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
+    app.include_router(health.router)
     for module in (enroll, fleet, install_tokens, api_tokens, rollouts, artifacts, clusters, audit):
         # Any operation may answer these: strict JSON (400), no such id (404), size (413),
         # shape (422); each route documents its own others.

@@ -7,10 +7,12 @@ work, and the methods below are the effects they register to run after commit.""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,9 @@ from sqlmodel import select
 from console.core.clock import utcnow
 from console.core.db import make_engine, migrate
 from console.core.files import private_dir, private_file
+from console.core.outages import Dependency
 from console.core.settings import ConsoleSettings
+from console.errors import ServiceUnavailableError
 from console.ingest import ChunkLimits, Ingester
 from console.models import NatsRevocation
 from console.nats.authorization import NatsAuthorizer
@@ -107,6 +111,8 @@ class ConsoleRuntime:
         self.nats_url = ""
         self.rotation_waiters: dict[str, asyncio.Event] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        # The fleet connection (ingest, commands); the database's is ``units.database``.
+        self.nats = Dependency("nats", up=False)
 
     def backend_url(self, request_base_url: str) -> str:
         """What agents should use: PROXIMA_PUBLIC_URL, else the address a request came in on."""
@@ -182,9 +188,10 @@ class ConsoleRuntime:
             name="proxima-console",
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
-            disconnected_cb=_log_cb("nats disconnected"),
-            reconnected_cb=_log_cb("nats reconnected"),
+            disconnected_cb=self._nats_lost,
+            reconnected_cb=self._nats_back,
         )
+        self.nats.ok()
         await self.nc.subscribe(
             subjects.ALL_HEARTBEATS, queue=INGEST_QUEUE, cb=self.ingester.on_heartbeat
         )
@@ -212,6 +219,34 @@ class ConsoleRuntime:
             exempt={console_pub},
         )
         await self.sys_nc.subscribe(ACCOUNT_EVENTS, cb=self.guard.on_event)
+
+    async def _nats_lost(self) -> None:
+        self.nats.failed("connection to the server lost; reconnecting")
+
+    async def _nats_back(self) -> None:
+        self.nats.ok()
+
+    @property
+    def listening_since(self) -> datetime | None:
+        """Since when the Console could hear every result (NATS up and the database writable),
+        ``None`` while it cannot: the rollout timeout sweep waits on it."""
+        nats_up, db_up = self.nats.up_since, self.units.database.up_since
+        if nats_up is None or db_up is None:
+            return None
+        return max(nats_up, db_up)
+
+    async def readiness(self) -> dict[str, dict[str, Any]]:
+        """``/readyz``: the database (a ``SELECT 1`` now) and NATS (the fleet connection)."""
+        try:
+            await self.units.run(lambda uow: uow.session.connection().exec_driver_sql("SELECT 1"))
+        except ServiceUnavailableError:
+            pass  # recorded on ``units.database``
+        nc = self.nc
+        if nc is None or not nc.is_connected:
+            self.nats.failed("not connected")
+        else:
+            self.nats.ok()
+        return {dep.name: _detail(dep) for dep in (self.units.database, self.nats)}
 
     async def _varz(self) -> dict[str, Any]:
         assert self.sys_nc is not None
@@ -267,11 +302,20 @@ class ConsoleRuntime:
         await self.nc.flush()
 
     async def _sweep(self) -> None:
-        """Expire dispatched rollout targets past their wave timeout."""
+        """Expire dispatched rollout targets past their wave timeout, once the Console has been
+        listening for ``result_grace_seconds`` (``fleet_policy.deliveries``)."""
+        grace = self.settings.result_grace_seconds
         while True:
             await asyncio.sleep(self.settings.rollout_sweep_seconds)
+            since = self.listening_since
+            if since is None:
+                continue
             try:
-                await self.units.run(lambda uow: expire_overdue(uow.session), write=True)
+                await self.units.run(
+                    functools.partial(_expire, since=since, grace=grace), write=True
+                )
+            except ServiceUnavailableError:
+                pass  # logged once per outage by ``units.database``
             except Exception:
                 log.exception("rollout timeout sweep failed; retrying")
 
@@ -282,8 +326,14 @@ class ConsoleRuntime:
         return command_id
 
 
-def _log_cb(text: str):  # type: ignore[no-untyped-def]
-    async def cb() -> None:
-        log.warning(text)
+def _expire(uow: UnitOfWork, *, since: datetime, grace: float) -> list[str]:
+    return expire_overdue(uow.session, listening_since=since, grace_seconds=grace)
 
-    return cb
+
+def _detail(dep: Dependency) -> dict[str, Any]:
+    since = dep.up_since
+    return {
+        "ok": dep.up,
+        **({"since": since.isoformat()} if since else {}),
+        **({"problem": dep.problem} if dep.problem else {}),
+    }

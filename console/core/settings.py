@@ -181,6 +181,13 @@ class ConsoleSettings(BaseSettings):
     rollout_sweep_seconds: float = Field(
         default=0.5, description="How often dispatched targets past the wave timeout are expired."
     )
+    result_grace_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="A dispatched target past its wave timeout becomes timed_out only once the "
+        "Console has been listening (NATS connected, database writable) this long without a "
+        "break: agents holding a result retry within their backoff (30 s at most).",
+    )
     web_sessions_per_token: int = Field(
         default=50,
         ge=1,
