@@ -71,6 +71,9 @@ class ConsoleProcess:
             "PROXIMA_PORT": str(self.port),
             "PROXIMA_NATS_PORT": str(self.nats_port),
             "PROXIMA_HEARTBEAT_FLUSH_SECONDS": "0.05",
+            # The swarm retries results within 2 s: a target's silence counts after 1 s of
+            # listening in tests (the fault tests set a grace above the swarm's backoff).
+            "PROXIMA_RESULT_GRACE_SECONDS": "1",
             "PROXIMA_LOG_LEVEL": "info",
             # builds signed with the suite's key are hosted; testkit.rollouts' reference
             # artifact (http://127.0.0.1:1/a.pyz) is an allowed source

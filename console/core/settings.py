@@ -83,9 +83,9 @@ class ConsoleSettings(BaseSettings):
     )
     nats_agent_max_subscriptions: int = Field(
         default=10,
-        ge=2,
+        ge=3,
         description="Subscriptions one agent connection may hold (its JWT's subs limit; an "
-        "agent uses 2).",
+        "agent uses 3: its commands, twice, and its reply inbox).",
     )
     nats_agent_max_connections: int = Field(
         default=3,
