@@ -28,6 +28,10 @@ from testkit.console import ConsoleProcess, Identity
 Behaviour = Callable[[str, dict[str, Any]], tuple[str, str | None, str | None]]
 
 
+async def _quiet(_error: Exception) -> None:
+    """Connection errors while a Console restarts are expected; nats-py would print each."""
+
+
 def succeed(_name: str, cmd: dict[str, Any]) -> tuple[str, str | None, str | None]:
     return "succeeded", None, cmd["args"]["version"]
 
@@ -67,6 +71,7 @@ class Swarm:
         heartbeat_seconds: float = 0.5,
         ack_timeout: float = 2.0,
         retry_max: float = 2.0,
+        result_delay: float = 0.0,
     ) -> None:
         self.console = console
         self.count = count
@@ -76,6 +81,10 @@ class Swarm:
         self.heartbeat_seconds = heartbeat_seconds
         self.ack_timeout = ack_timeout
         self.retry_max = retry_max
+        # Each result is sent after a random pause of up to this many seconds (an update takes
+        # time): a fault test's results keep coming while the Console is down.
+        self.result_delay = result_delay
+        self.heartbeats_sent = 0
         self.agents: list[SimAgent] = []
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -115,6 +124,7 @@ class Swarm:
                 inbox_prefix=subjects.agent_inbox_prefix(agent.agent_id),
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=0.5,
+                error_cb=_quiet,
             )
             self._conns.append(nc)
             await nc.subscribe(subjects.commands(agent.agent_id), cb=self._handler(nc, agent))
@@ -150,6 +160,8 @@ class Swarm:
 
     async def _deliver(self, nc: Any, agent: SimAgent, command_id: str, result: Any) -> None:
         """Request until the Console settles it (``recorded``, ``duplicate``, ``refused``…)."""
+        if self.result_delay:
+            await asyncio.sleep(random.uniform(0, self.result_delay))
         record = agent.deliveries[command_id] = Delivery(command_id, time.time())
         payload = json.dumps(result).encode()
         wait = 0.2
@@ -183,6 +195,9 @@ class Swarm:
                 await nc.publish(subjects.heartbeat(agent.agent_id), json.dumps(body).encode())
             except Exception:  # reconnecting; the next beat goes out
                 pass
+            else:
+                # Queued while reconnecting counts too: nats-py sends its buffer on reconnect.
+                self.heartbeats_sent += 1
             await asyncio.sleep(self.heartbeat_seconds)
 
     async def _stop(self) -> None:
