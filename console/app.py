@@ -197,6 +197,22 @@ def _validation_message(errors: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
+def _answer_database_outages(app: FastAPI, runtime: ConsoleRuntime) -> None:
+    """Database work outside a unit of work (a unit raises ServiceUnavailableError itself):
+    503 ``database_unavailable``, never a 500, and the outage noted once."""
+
+    async def database_down(_request: Request, exc: Exception) -> JSONResponse:
+        runtime.units.database.failed(exc)
+        return _error(
+            503,
+            ErrorReason.DATABASE_UNAVAILABLE,
+            "the Console's database is unavailable; retry later",
+        )
+
+    for error in (db_errors.OperationalError, db_errors.InterfaceError, db_errors.TimeoutError):
+        app.add_exception_handler(error, database_down)
+
+
 def create_app(settings: ConsoleSettings, runtime: ConsoleRuntime | None = None) -> FastAPI:
     runtime = runtime or ConsoleRuntime(settings)
 
@@ -255,17 +271,7 @@ def create_app(settings: ConsoleSettings, runtime: ConsoleRuntime | None = None)
     async def internal(_request: Request, _exc: Exception) -> JSONResponse:
         return _error(500, ErrorReason.INTERNAL_ERROR, "internal error (logged by the Console)")
 
-    @app.exception_handler(db_errors.OperationalError)
-    @app.exception_handler(db_errors.InterfaceError)
-    @app.exception_handler(db_errors.TimeoutError)
-    async def database_down(_request: Request, exc: Exception) -> JSONResponse:
-        # Database work outside a unit of work (the unit answers ServiceUnavailableError).
-        runtime.units.database.failed(exc)
-        return _error(
-            503,
-            ErrorReason.DATABASE_UNAVAILABLE,
-            "the Console's database is unavailable; retry later",
-        )
+    _answer_database_outages(app, runtime)
 
     @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
     async def metrics() -> Response:
