@@ -32,8 +32,9 @@ class Dependency:
         self.name = name
         self._lock = threading.Lock()
         self._up = up
+        self._ever_up = up  # coming up the first time is not "available again"
         self._since: datetime = utcnow()
-        self._down_at = 0.0
+        self._down_at = time.monotonic()
         self.problem: str | None = None
 
     @property
@@ -62,4 +63,6 @@ class Dependency:
                 return
             self._up, self._since, self.problem = True, utcnow(), None
             lasted = time.monotonic() - self._down_at
-        log.warning("%s available again after %.1f s", self.name, lasted)
+            first, self._ever_up = not self._ever_up, True
+        if not first:
+            log.warning("%s available again after %.1f s", self.name, lasted)
