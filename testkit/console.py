@@ -119,6 +119,8 @@ class ConsoleProcess:
         return dataclasses.asdict(result)
 
     def start(self) -> ConsoleProcess:
+        if self.process is not None and self.process.poll() is None:
+            return self  # started already: a second process would be left running untracked
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not self.token:
             self.bootstrap_info = self.bootstrap()
