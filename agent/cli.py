@@ -160,6 +160,22 @@ def run(
             help=f"Random share of each wait, 0-1 (default 0.2) {_env('NATS_RECONNECT_JITTER')}",
         ),
     ] = None,
+    result_ack_timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--result-ack-timeout",
+            help=f"How long to wait for the Console to acknowledge a command result (default "
+            f"5s) {_env('RESULT_ACK_TIMEOUT')}",
+        ),
+    ] = None,
+    result_retry_max: Annotated[
+        str | None,
+        typer.Option(
+            "--result-retry-max",
+            help=f"Longest wait between sends of an unacknowledged result (default 30s) "
+            f"{_env('RESULT_RETRY_MAX')}",
+        ),
+    ] = None,
     signing_public_key: Annotated[
         str | None,
         typer.Option(
@@ -214,6 +230,8 @@ def run(
         nats_reconnect_wait=nats_reconnect_wait,
         nats_reconnect_max_wait=nats_reconnect_max_wait,
         nats_reconnect_jitter=nats_reconnect_jitter,
+        result_ack_timeout=result_ack_timeout,
+        result_retry_max=result_retry_max,
         signing_public_key=signing_public_key,
         signing_public_key_file=signing_public_key_file,
         program_path=program_path,

@@ -2,8 +2,8 @@
 
 Handled command ids live in ``<data-dir>/commands.json`` (the last :data:`LEDGER_LIMIT`), so a
 command sent again — by a retrying flow, or redelivered after a reconnect — is answered with the
-stored result instead of being run twice. A result that could not be published is kept and
-published on the next connection.
+stored result instead of being run twice. The ledger is also the outbox of results: a result
+stays there, never evicted, until the Console acknowledges its commit (``agent.delivery``).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from pydantic import BaseModel, Field, ValidationError
 
 from agent.backend import BackendClient
 from agent.credentials import new_seed, public_key, rotation_proof
+from agent.delivery import ResultDelivery
 from agent.errors import BackendAnswerError, BackendError
 from agent.files import set_aside, write_atomic
 from agent.session import NatsSession
 from agent.signals import read_signals
 from agent.state import StateStore
-from contracts import subjects
 from contracts.messages import Command, CommandKind, CommandResult, CommandStatus
 from contracts.vocabulary.commands import CommandFailureKind
 
@@ -127,7 +127,13 @@ class CommandLedger:
             self._save()
 
     def _save(self) -> None:
-        entries = list(self._entries.values())[-self.limit :]
+        entries = list(self._entries.values())
+        # The oldest settled entries go first; a result still owed to the Console never does.
+        extra = len(entries) - self.limit
+        if extra > 0:
+            settled = [e.command_id for e in entries if e.result is not None and e.delivered]
+            gone = set(settled[:extra])
+            entries = [e for e in entries if e.command_id not in gone]
         self._entries = {e.command_id: e for e in entries}
         data = LedgerFile(agent_id=self.agent_id, entries=entries)
         write_atomic(self.path, data.model_dump_json().encode())
@@ -166,16 +172,19 @@ class CommandDispatcher:
     """Takes messages from the session, runs handlers one at a time, publishes results."""
 
     def __init__(
-        self, session: NatsSession, ledger: CommandLedger, handlers: Mapping[CommandKind, Handler]
+        self,
+        session: NatsSession,
+        ledger: CommandLedger,
+        handlers: Mapping[CommandKind, Handler],
+        delivery: ResultDelivery,
     ) -> None:
         self.session = session
         self.ledger = ledger
         self.handlers = dict(handlers)
-        # None asks for undelivered results to be published (after a connection).
-        self._queue: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue()
+        self.delivery = delivery
+        self._queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
         self.executed: list[str] = []
         self._handed_over = False
-        session.on_connected(self._on_connected)
 
     def submit(self, subject: str, payload: bytes) -> None:
         """Called from the NATS callback: never blocks, never runs a handler there."""
@@ -184,18 +193,11 @@ class CommandDispatcher:
             return
         self._queue.put_nowait((subject, payload))
 
-    def _on_connected(self) -> None:
-        self._queue.put_nowait(None)
-
     async def run(self) -> None:
         while not self._handed_over:
             item = await self._queue.get()
             try:
-                if item is None:
-                    for result in self.ledger.undelivered():
-                        await self._deliver(result)
-                else:
-                    await self._handle(*item)
+                await self._handle(*item)
             except Exception:
                 log.exception("command handling failed")
         if self._queue.qsize():
@@ -295,12 +297,10 @@ class CommandDispatcher:
             outcome.after()
 
     async def _deliver(self, result: CommandResult) -> None:
-        subject = subjects.command_result(self.session.agent_id)
-        if await self.session.publish_confirmed(subject, result.model_dump_json().encode()):
-            self.ledger.mark_delivered(result.command_id)
-        else:
+        """Try once now; an unacknowledged result stays owed and ``delivery`` retries it."""
+        if not await self.delivery.deliver(result):
             log.info(
-                "result of command %s not published yet; it is sent on the next nats connection",
+                "result of command %s not acknowledged yet; it is kept and sent again",
                 result.command_id,
             )
 

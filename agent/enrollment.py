@@ -20,6 +20,7 @@ from agent.backend import BackendClient, EnrollAnswer
 from agent.backoff import Backoff, RetryLog, honour_retry_after
 from agent.credentials import new_seed, public_key, sign
 from agent.errors import AgentError, BackendAnswerError, BackendError
+from agent.files import write_atomic
 from agent.health import Readiness
 from agent.signals import read_signals
 from agent.state import AgentState, StateStore
@@ -28,11 +29,15 @@ from contracts.durations import format_duration
 from contracts.enrollment import EnrollRequest, IdentitySignals, enrollment_message
 
 __all__ = [
+    "ENROLLMENT_KEY_FILE",
     "Enroller",
     "EnrollmentConfig",
+    "EnrollmentKey",
+    "EnrollmentKeyError",
     "EnrollmentRequestError",
     "InstallToken",
     "InstallTokenError",
+    "StateWriteError",
 ]
 
 log = logging.getLogger(__name__)
@@ -45,6 +50,54 @@ class InstallTokenError(AgentError):
         super().__init__(f"install token file {path} cannot be read: {detail}")
         self.path = path
         self.summary = "install token file unreadable"
+
+
+ENROLLMENT_KEY_FILE = "enrollment.key"
+
+
+class EnrollmentKeyError(AgentError):
+    """The enrollment key cannot be kept in the data directory: retried, nothing is sent."""
+
+    def __init__(self, path: Path, error: OSError) -> None:
+        super().__init__(f"cannot write enrollment key {path}: {error.strerror or error}")
+        self.summary = "data directory not writable"
+
+
+class StateWriteError(AgentError):
+    """Enrolled, but the state file cannot be written: retried with the same key."""
+
+    def __init__(self, path: Path, error: OSError) -> None:
+        super().__init__(f"cannot write state file {path}: {error.strerror or error}")
+        self.summary = "state file not writable"
+
+
+class EnrollmentKey:
+    """The key an enrollment proves, kept on disk until the identity is in ``state.json``."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / ENROLLMENT_KEY_FILE
+
+    def load_or_create(self) -> str:
+        try:
+            seed = self.path.read_text(encoding="ascii").strip()
+            public_key(seed)
+            return seed
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, UnicodeDecodeError) as e:
+            log.warning("enrollment key %s unusable (%s); making a new one", self.path, e)
+        seed = new_seed()
+        try:
+            write_atomic(self.path, seed.encode())
+        except OSError as e:
+            raise EnrollmentKeyError(self.path, e) from None
+        return seed
+
+    def discard(self) -> None:
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError as e:
+            log.warning("cannot remove enrollment key %s: %s", self.path, e)
 
 
 class EnrollmentRequestError(AgentError):
@@ -130,8 +183,9 @@ class Enroller:
         self.backoff = backoff
         self.retry_log = retry_log or RetryLog()
         self._sleep = sleep
-        # One key pair per process, reused across attempts: a retry proves the same key.
-        self._seed = new_seed()
+        # One key pair, reused across attempts and restarts until the identity is persisted.
+        self.key = EnrollmentKey(store.path.parent)
+        self._seed = ""
         self.attempts = 0
 
     def _request(self, signals: IdentitySignals) -> EnrollRequest:
@@ -182,12 +236,21 @@ class Enroller:
         while True:
             self.attempts += 1
             try:
+                self._seed = self._seed or self.key.load_or_create()
                 answer = await self.backend.enroll(self._request(signals))
-            except (BackendError, InstallTokenError, EnrollmentRequestError) as e:
+                state = self._persist(answer)
+            except (
+                BackendError,
+                InstallTokenError,
+                EnrollmentRequestError,
+                EnrollmentKeyError,
+                StateWriteError,
+            ) as e:
                 await self._wait_after(e, attempt)
                 attempt += 1
                 continue
-            return self._persist(answer)
+            self.key.discard()
+            return state
 
     async def _wait_after(self, error: Exception, attempt: int) -> None:
         """Back off; when the Console said how long (``Retry-After`` on a 429 or 503), wait at
@@ -229,7 +292,10 @@ class Enroller:
             environment_id=response.environment_id,
             enrolled_at=datetime.now(UTC),
         )
-        self.store.create(state)
+        try:
+            self.store.create(state)
+        except OSError as e:
+            raise StateWriteError(self.store.path, e) from None
         self.readiness.mark_enrolled()
         if response.rebound:
             log.info(

@@ -1,11 +1,32 @@
-"""Small helpers of the NATS session: URLs fit for logs, error words, waiting on events."""
+"""Small helpers of the NATS session: its reconnect policy, URLs fit for logs, error words,
+waiting on events."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["describe_error", "display_url", "first_of"]
+from agent.backoff import Backoff
+
+__all__ = ["ReconnectPolicy", "describe_error", "display_url", "first_of"]
+
+
+@dataclass(frozen=True)
+class ReconnectPolicy:
+    """Every knob of reconnection, named. ``max_attempts=None`` retries forever."""
+
+    wait: float = 1.0
+    max_wait: float = 30.0
+    jitter: float = 0.2
+    max_attempts: int | None = None
+    connect_timeout: float = 5.0
+    ping_interval: float = 20.0
+    max_outstanding_pings: int = 3
+    drain_timeout: float = 5.0
+
+    def backoff(self) -> Backoff:
+        return Backoff(initial=self.wait, maximum=self.max_wait, jitter=self.jitter)
 
 
 def display_url(url: str) -> str:

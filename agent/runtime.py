@@ -29,6 +29,7 @@ from agent.backoff import Backoff
 from agent.collector_factory import CollectorFactory, default_collectors
 from agent.collectors import Collector, collector_loop, heartbeat_fields
 from agent.commands import CommandDispatcher, CommandLedger, CredentialRotation, ping_handler
+from agent.delivery import ResultDelivery
 from agent.enrollment import Enroller, EnrollmentConfig, InstallToken
 from agent.errors import (
     BackendAnswerError,
@@ -302,6 +303,12 @@ class AgentRuntime:
         rotation = CredentialRotation(
             self.store, self.backend, session, host_root=s.host_root, host_sys=s.host_sys
         )
+        delivery = ResultDelivery(
+            session,
+            ledger,
+            backoff=Backoff(initial=min(0.5, s.result_retry_max), maximum=s.result_retry_max),
+            ack_timeout=s.result_ack_timeout,
+        )
         return CommandDispatcher(
             session,
             ledger,
@@ -310,6 +317,7 @@ class AgentRuntime:
                 CommandKind.ROTATE_CREDENTIALS: rotation,
                 CommandKind.SELF_UPDATE: self.self_update.handler(self.request_exec),
             },
+            delivery,
         )
 
     def _heartbeat_info(self, state: AgentState, collectors: list[Collector]) -> HeartbeatInfo:
@@ -355,6 +363,7 @@ class AgentRuntime:
         tasks = [
             asyncio.create_task(session.run(), name="nats-session"),
             asyncio.create_task(self.dispatcher.run(), name="commands"),
+            asyncio.create_task(self.dispatcher.delivery.run(), name="results"),
             asyncio.create_task(heartbeat_loop(session, info), name="heartbeat"),
         ]
         for collector in collectors:

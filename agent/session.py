@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -34,12 +33,12 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from agent.backoff import Backoff, RetryLog
+from agent.backoff import RetryLog
 from agent.credentials import public_key
 from agent.errors import IdentityRetiredError, NatsAuthorizationError, NatsConnectError
 from agent.health import Readiness
+from agent.nats_links import ReconnectPolicy, display_url
 from agent.nats_links import describe_error as _describe
-from agent.nats_links import display_url
 from agent.nats_links import first_of as _first
 from agent.renewal import refresh_if_expiring, renew_before_expiry
 from agent.state import StateStore
@@ -69,23 +68,6 @@ class SessionState(StrEnum):
     UNAUTHORIZED = "unauthorized"
     RETIRED = "retired"
     CLOSED = "closed"
-
-
-@dataclass(frozen=True)
-class ReconnectPolicy:
-    """Every knob of reconnection, named. ``max_attempts=None`` retries forever."""
-
-    wait: float = 1.0
-    max_wait: float = 30.0
-    jitter: float = 0.2
-    max_attempts: int | None = None
-    connect_timeout: float = 5.0
-    ping_interval: float = 20.0
-    max_outstanding_pings: int = 3
-    drain_timeout: float = 5.0
-
-    def backoff(self) -> Backoff:
-        return Backoff(initial=self.wait, maximum=self.max_wait, jitter=self.jitter)
 
 
 class NatsSession:
@@ -189,6 +171,21 @@ class NatsSession:
             log.debug("nats publish to %s failed: %s", subject, e)
             return False
         return True
+
+    async def request(self, subject: str, payload: bytes, wait: float) -> bytes | None:
+        """A request under our prefix; the reply lands in this agent's own inbox
+        (``subjects.agent_inbox_prefix``). ``None``: not connected, no responder, no answer
+        in ``wait`` seconds, or the connection went away (the caller retries)."""
+        self._check_subject(subject)
+        client = self._client
+        if client is None or self._state is not SessionState.CONNECTED:
+            return None
+        try:
+            reply = await client.request(subject, payload, timeout=wait)
+        except (nats.errors.Error, OSError, TimeoutError) as e:
+            log.debug("nats request to %s failed: %s", subject, _describe(e))
+            return None
+        return bytes(reply.data)
 
     async def publish_confirmed(self, subject: str, payload: bytes, wait: float = 5.0) -> bool:
         """Publish and wait until the server has seen it (a flush round trip)."""
@@ -464,6 +461,8 @@ class NatsSession:
             "servers": [u.strip() for u in url.split(",") if u.strip()],
             "name": f"proxima-agent {self.agent_id}",
             "nkeys_seed_str": seed,
+            # Replies to our requests (result acknowledgements) come to our own inbox only.
+            "inbox_prefix": subjects.agent_inbox_prefix(self.agent_id),
             # The seed signs the server's nonce; the JWT (signed by the fleet account) says who
             # this key is and what it may do.
             **({"user_jwt_cb": _constant(jwt.encode())} if jwt else {}),

@@ -147,6 +147,10 @@ class AgentSettings(BaseSettings):
     nats_reconnect_wait: Duration = 1.0
     nats_reconnect_max_wait: Duration = 30.0
     nats_reconnect_jitter: float = Field(default=0.2, ge=0.0, le=1.0)
+    # Command results are kept until the Console acknowledges them (agent.delivery): how long
+    # to wait for an acknowledgement, and the longest pause between attempts.
+    result_ack_timeout: Duration = 5.0
+    result_retry_max: Duration = 30.0
     signing_public_key: str | None = None
     signing_public_key_file: Path | None = None
     program_path: Path | None = None
@@ -286,6 +290,8 @@ class AgentSettings(BaseSettings):
         "enroll_backoff_max",
         "update_health_timeout",
         "sync_interval",
+        "result_ack_timeout",
+        "result_retry_max",
     )
     @classmethod
     def _check_positive(cls, value: float) -> float:

@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import exc as db_errors
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -24,6 +25,7 @@ from console.api.routes import (
     clusters,
     enroll,
     fleet,
+    health,
     install_tokens,
     rollouts,
 )
@@ -195,6 +197,22 @@ def _validation_message(errors: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
+def _answer_database_outages(app: FastAPI, runtime: ConsoleRuntime) -> None:
+    """Database work outside a unit of work (a unit raises ServiceUnavailableError itself):
+    503 ``database_unavailable``, never a 500, and the outage noted once."""
+
+    async def database_down(_request: Request, exc: Exception) -> JSONResponse:
+        runtime.units.database.failed(exc)
+        return _error(
+            503,
+            ErrorReason.DATABASE_UNAVAILABLE,
+            "the Console's database is unavailable; retry later",
+        )
+
+    for error in (db_errors.OperationalError, db_errors.InterfaceError, db_errors.TimeoutError):
+        app.add_exception_handler(error, database_down)
+
+
 def create_app(settings: ConsoleSettings, runtime: ConsoleRuntime | None = None) -> FastAPI:
     runtime = runtime or ConsoleRuntime(settings)
 
@@ -253,14 +271,13 @@ def create_app(settings: ConsoleSettings, runtime: ConsoleRuntime | None = None)
     async def internal(_request: Request, _exc: Exception) -> JSONResponse:
         return _error(500, ErrorReason.INTERNAL_ERROR, "internal error (logged by the Console)")
 
-    @app.get("/healthz", tags=["health"])
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok", "version": VERSION, "nats": runtime.nats_url}
+    _answer_database_outages(app, runtime)
 
     @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
     async def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
+    app.include_router(health.router)
     for module in (enroll, fleet, install_tokens, api_tokens, rollouts, artifacts, clusters, audit):
         # Any operation may answer these: strict JSON (400), no such id (404), size (413),
         # shape (422); each route documents its own others.

@@ -10,6 +10,7 @@ for people; the app renders them as ``contracts.enrollment.ErrorBody``.
     ├── ConflictError              409  enrollment clash, refused release, …
     ├── PayloadTooLargeError       413
     ├── TooManyRequestsError       429  rate limited (carries ``retry_after`` seconds)
+    ├── ServiceUnavailableError    503  a dependency is down (``database_unavailable``)
     └── GatewayTimeoutError        504  an agent did not answer in time
 """
 
@@ -58,6 +59,12 @@ class TooManyRequestsError(ConsoleError):
     def __init__(self, reason: ErrorReason, message: str, *, retry_after: int) -> None:
         super().__init__(reason, message)
         self.retry_after = retry_after
+
+
+class ServiceUnavailableError(ConsoleError):
+    """A dependency (the database) is down: retry later. Raised by the unit of work."""
+
+    status = 503
 
 
 class GatewayTimeoutError(ConsoleError):

@@ -3,7 +3,12 @@ into the services, in batches.
 
 Messages are queued as they arrive and written every ``heartbeat_flush_seconds`` (or sooner when
 ``heartbeat_batch_max`` pile up), one UPDATE per agent per batch: thousands of heartbeats a second
-cost a handful of transactions. The subject names the agent (the server lets an agent publish
+cost a handful of transactions. Command results are requests: each is answered with a
+``ResultAck`` only after its batch has committed (at-least-once delivery; the agent retries
+until answered). A database outage keeps heartbeats (the latest per agent) for the next batch
+and answers results ``unavailable``; it is logged once when it starts and once when it ends.
+
+The subject names the agent (the server lets an agent publish
 only under its own prefix), so the payload's own ``agent_id`` is never trusted. What is written,
 and the shared-identity rule, live in ``console.services.heartbeats``.
 
@@ -22,12 +27,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 from pydantic import ValidationError
 
 from console.core.clock import utcnow
+from console.errors import ServiceUnavailableError
 from console.nats.jwt import decode_claims
 from console.services.clusters import inventory_refusal, record_inventories
 from console.services.heartbeats import (
@@ -46,7 +53,13 @@ from contracts.inventory import (
     assemble,
     split_chunk,
 )
-from contracts.messages import CommandResult, Heartbeat, HostMetrics
+from contracts.messages import (
+    CommandResult,
+    Heartbeat,
+    HostMetrics,
+    ResultAck,
+    ResultAckOutcome,
+)
 
 __all__ = [
     "ChunkLimits",
@@ -67,6 +80,10 @@ HEARTBEAT_LAG = Histogram(
 )
 INVENTORIES = Counter("proxima_inventories_recorded_total", "Cluster inventory snapshots stored")
 RESULTS = Counter("proxima_command_results_total", "Command results recorded")
+RESULTS_DEFERRED = Counter(
+    "proxima_command_results_deferred_total",
+    "Command results answered 'unavailable' (the database was down): the agents retry them",
+)
 FLUSH_SECONDS = Histogram("proxima_heartbeat_flush_seconds", "Time to write one batch")
 REJECTED = Counter("proxima_messages_rejected_total", "Agent messages that did not parse", ["kind"])
 INVENTORY_REFUSED = Counter(
@@ -94,6 +111,18 @@ class ChunkRefusedError(Exception):
         super().__init__(message)
         self.agent_id = agent_id
         self.reason = reason
+
+
+@dataclass(slots=True)
+class _Unwritten:
+    """Heartbeats and metrics observed but not yet committed: the latest per agent, so a
+    database outage holds one entry per agent, not one per message."""
+
+    latest: dict[str, Heartbeat] = field(default_factory=dict)
+    metrics: dict[str, HostMetrics] = field(default_factory=dict)
+    changes: list[IdentityChange] = field(default_factory=list)
+    sent: list[datetime] = field(default_factory=list)
+    count: int = 0
 
 
 @dataclass(slots=True)
@@ -209,7 +238,8 @@ class Ingester:
         self._clock = clock
         self._heartbeats: list[tuple[str, Heartbeat]] = []
         self._metrics: dict[str, HostMetrics] = {}
-        self._results: list[tuple[str, CommandResult]] = []
+        self._results: list[tuple[str, CommandResult, Any]] = []  # (agent id, result, msg)
+        self._unwritten = _Unwritten()
         self.pending = PendingChunks(chunk_limits or ChunkLimits(), clock)
         self._senders: dict[str, str | None] = {}  # agent id -> why its inventory is refused
         self._inventories: dict[str, InventorySnapshot] = {}
@@ -232,9 +262,11 @@ class Ingester:
             self._full.set()
 
     async def on_result(self, msg: Any) -> None:
+        """A result, as a request: answered with a :class:`ResultAck` after the batch commits
+        (an old agent's plain publish has no reply subject and gets no answer)."""
         try:
             agent_id = subjects.agent_id_of(msg.subject)
-            self._results.append((agent_id, CommandResult.model_validate_json(msg.data)))
+            self._results.append((agent_id, CommandResult.model_validate_json(msg.data), msg))
         except (ValueError, ValidationError):
             REJECTED.labels("result").inc()
             return
@@ -313,7 +345,10 @@ class Ingester:
                 await self._task
             except asyncio.CancelledError:
                 pass
-        await self.flush()
+        try:
+            await self.flush()
+        except ServiceUnavailableError:
+            log.warning("stopping with unwritten heartbeats: the database is unavailable")
 
     async def _run(self) -> None:
         while True:
@@ -326,10 +361,15 @@ class Ingester:
                 await self.flush()
             except asyncio.CancelledError:
                 raise
+            except ServiceUnavailableError:
+                pass  # logged once per outage by the units' ``database``; kept, retried
             except Exception:
-                log.exception("heartbeat flush failed; the batch is dropped, the next one retries")
+                log.exception("ingest flush failed; its heartbeats are kept and retried")
 
     async def flush(self) -> None:
+        """Write what arrived. Results are answered per batch (recorded, or ``unavailable``
+        for the agent to retry); heartbeats and metrics that fail to write are kept (the latest
+        per agent) and written with the next batch; raises ServiceUnavailableError then."""
         for agent_id in self.pending.expire():
             INVENTORY_REFUSED.labels("too_old").inc()
             log.warning(
@@ -337,8 +377,6 @@ class Ingester:
                 agent_id,
                 self.pending.limits.max_age_seconds,
             )
-        batch, self._heartbeats = self._heartbeats, []
-        metrics, self._metrics = self._metrics, {}
         results, self._results = self._results, []
         if results:
             await self._write_results(results)
@@ -350,33 +388,86 @@ class Ingester:
             INVENTORIES.inc(len(inventories))
         refused, self._refused = self._refused, {}
         if refused:
-            await self._units.run(lambda uow: record_refused(uow.session, refused), write=True)
-        if not batch and not metrics:
-            return
-        latest: dict[str, Heartbeat] = {}
-        changes: list[IdentityChange] = []
+            try:
+                await self._units.run(lambda uow: record_refused(uow.session, refused), write=True)
+            except ServiceUnavailableError:
+                for key, count in refused.items():
+                    self._refused[key] = self._refused.get(key, 0) + count
+                raise
+        await self._write_heartbeats()
+
+    async def _write_heartbeats(self) -> None:
+        batch, self._heartbeats = self._heartbeats, []
+        metrics, self._metrics = self._metrics, {}
+        pending = self._unwritten
         now_mono = self._clock()
         for agent_id, hb in batch:
-            latest[agent_id] = hb
+            pending.latest[agent_id] = hb
             change = self.tracker.observe(
                 agent_id, hb.instance_id, hb.version, hb.heartbeat_interval_seconds, now_mono
             )
             if change:
-                changes.append(change)
+                pending.changes.append(change)
+        pending.metrics = {**pending.metrics, **metrics}
+        pending.count += len(batch)
+        pending.sent.extend(hb.sent_at for _a, hb in batch)
+        del pending.sent[: -self._batch_max]  # lag samples only: a bounded list
+        if not pending.latest and not pending.metrics:
+            return
+        latest, merged, changes = pending.latest, pending.metrics, pending.changes
         started = time.perf_counter()
         await self._units.run(
-            lambda uow: record_heartbeats(uow.session, latest, metrics, changes), write=True
+            lambda uow: record_heartbeats(uow.session, latest, merged, changes), write=True
         )
         FLUSH_SECONDS.observe(time.perf_counter() - started)
+        self._unwritten = _Unwritten()
         committed = utcnow()
-        for _agent_id, hb in batch:
-            sent = hb.sent_at if hb.sent_at.tzinfo else hb.sent_at.replace(tzinfo=committed.tzinfo)
+        for sent_at in pending.sent:
+            sent = sent_at if sent_at.tzinfo else sent_at.replace(tzinfo=committed.tzinfo)
             HEARTBEAT_LAG.observe(max(0.0, (committed - sent).total_seconds()))
-        HEARTBEATS.inc(len(batch))
-        self.flushed += len(batch)
+        HEARTBEATS.inc(pending.count)
+        self.flushed += pending.count
 
-    async def _write_results(self, results: list[tuple[str, CommandResult]]) -> None:
-        halted = await self._units.run(lambda uow: record_results(uow.session, results), write=True)
+    async def _write_results(self, results: list[tuple[str, CommandResult, Any]]) -> None:
+        """Commit the batch, then answer each request; a database outage answers
+        ``unavailable`` (the agents keep their results and retry)."""
+        batch = [(agent_id, result) for agent_id, result, _msg in results]
+        try:
+            recorded = await self._units.run(
+                lambda uow: record_results(uow.session, batch), write=True
+            )
+        except ServiceUnavailableError as e:
+            acks = [
+                ResultAck(
+                    command_id=r.command_id,
+                    outcome=ResultAckOutcome.UNAVAILABLE,
+                    reason=e.reason,
+                    message=e.message,
+                )
+                for _a, r, _m in results
+            ]
+            await self._answer(results, acks)
+            RESULTS_DEFERRED.inc(len(results))
+            return
+        except Exception:
+            # A bug, not an outage: no answer, so each agent retries after its timeout.
+            log.exception("recording %d command results failed", len(results))
+            return
         RESULTS.inc(len(results))
-        for rollout_id in halted:
+        for rollout_id in recorded.halted:
             log.warning("rollout %s halted by its failure criteria", rollout_id)
+        for (agent_id, _r, _m), ack in zip(results, recorded.acks, strict=True):
+            if ack.outcome is ResultAckOutcome.REFUSED:
+                log.warning("result from agent %s refused: %s", agent_id, ack.message)
+        await self._answer(results, recorded.acks)
+
+    async def _answer(
+        self, results: list[tuple[str, CommandResult, Any]], acks: list[ResultAck]
+    ) -> None:
+        for (_agent_id, _result, msg), ack in zip(results, acks, strict=True):
+            if not getattr(msg, "reply", None):
+                continue
+            try:
+                await msg.respond(ack.model_dump_json(exclude_none=True).encode())
+            except Exception as e:  # NATS went away: the agent times out and retries
+                log.debug("acknowledging result %s failed: %s", ack.command_id, e)

@@ -18,7 +18,13 @@ from contracts.bounds import (
 )
 from contracts.lenient import unknown_as_none
 from contracts.vocabulary.agents import AgentType
-from contracts.vocabulary.commands import CommandFailureKind, CommandKind, CommandStatus
+from contracts.vocabulary.commands import (
+    CommandFailureKind,
+    CommandKind,
+    CommandStatus,
+    ResultAckOutcome,
+)
+from contracts.vocabulary.reasons import ErrorReason
 
 # A kind this build does not know (a newer agent's) reads None rather than failing the message.
 FailureKindField = Annotated[CommandFailureKind | None, unknown_as_none(CommandFailureKind)]
@@ -98,6 +104,19 @@ class CommandResult(BaseModel):
     detail: Detail = Field(default_factory=dict)
 
 
+class ResultAck(BaseModel):
+    """The Console's reply to a command result sent as a request (``docs/rollouts.md``,
+    "Delivery guarantees"): sent only after the result's transaction has committed, or to say
+    why it was not. The agent keeps the result until an answer whose outcome is settled."""
+
+    model_config = ConfigDict(extra="ignore", **FINITE)
+
+    command_id: Identifier
+    outcome: ResultAckOutcome
+    reason: ErrorReason | None = None
+    message: Annotated[str, text()] | None = None
+
+
 __all__ = [
     "Command",
     "CommandFailureKind",
@@ -106,4 +125,6 @@ __all__ = [
     "CommandStatus",
     "Heartbeat",
     "HostMetrics",
+    "ResultAck",
+    "ResultAckOutcome",
 ]

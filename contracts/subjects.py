@@ -3,11 +3,13 @@
 The server enforces this with per-user permissions (see ``docs/nats.md``):
 
 - publish:   ``proxima.agent.<agent_id>.>``
-- subscribe: ``proxima.cmd.<agent_id>.>``
+- subscribe: ``proxima.cmd.<agent_id>.>`` and its reply inbox ``proxima.inbox.<agent_id>.>``
+  (the Console's acknowledgements of its command results; nats-py's ``inbox_prefix``)
 """
 
 AGENT_ROOT = "proxima.agent"
 COMMAND_ROOT = "proxima.cmd"
+INBOX_ROOT = "proxima.inbox"
 
 
 def agent_prefix(agent_id: str) -> str:
@@ -34,12 +36,22 @@ def commands(agent_id: str) -> str:
     return f"{COMMAND_ROOT}.{agent_id}"
 
 
+def agent_inbox_prefix(agent_id: str) -> str:
+    """The agent's own reply inbox (nats-py ``inbox_prefix``): replies to its requests land
+    under ``<prefix>.>``, which no other agent may read."""
+    return f"{INBOX_ROOT}.{agent_id}"
+
+
 def agent_publish_allow(agent_id: str) -> list[str]:
     return [f"{agent_prefix(agent_id)}.>"]
 
 
 def agent_subscribe_allow(agent_id: str) -> list[str]:
-    return [f"{COMMAND_ROOT}.{agent_id}", f"{COMMAND_ROOT}.{agent_id}.>"]
+    return [
+        f"{COMMAND_ROOT}.{agent_id}",
+        f"{COMMAND_ROOT}.{agent_id}.>",
+        f"{agent_inbox_prefix(agent_id)}.>",
+    ]
 
 
 ALL_HEARTBEATS = f"{AGENT_ROOT}.*.heartbeat"

@@ -4,6 +4,7 @@ The Console and the flows feed it snapshots and get back plans, decisions and ne
 
 - :mod:`~fleet_policy.eligibility`: who a rollout is for and who is excluded, with reasons;
 - :mod:`~fleet_policy.waves`: canary and growth waves, deterministic per seed;
+- :mod:`~fleet_policy.deliveries`: late and repeated command results, when silence is a timeout;
 - :mod:`~fleet_policy.thresholds`: IoT-Jobs-style failure criteria and the decision they make;
 - :mod:`~fleet_policy.states`: the rollout state machine;
 - :mod:`~fleet_policy.defaults`: the one default rollout policy;
@@ -21,6 +22,12 @@ from fleet_policy.defaults import (
     DEFAULT_THRESHOLD_POLICY,
     DEFAULT_WAVE_POLICY,
     RolloutPolicy,
+)
+from fleet_policy.deliveries import (
+    DEFAULT_RESULT_GRACE_SECONDS,
+    ResultFate,
+    is_overdue,
+    result_fate,
 )
 from fleet_policy.eligibility import (
     CLUSTER_LABEL,
@@ -119,6 +126,7 @@ __all__ = [
     "CONTAINER_AGENT_TYPES",
     "DEFAULT_CRITERION",
     "DEFAULT_QUIET_WINDOW_SECONDS",
+    "DEFAULT_RESULT_GRACE_SECONDS",
     "DEFAULT_ROLLOUT_POLICY",
     "DEFAULT_STALE_AFTER_SECONDS",
     "DEFAULT_THRESHOLD_POLICY",
@@ -159,6 +167,7 @@ __all__ = [
     "ReleaseDecision",
     "ReleaseReason",
     "ResultCounts",
+    "ResultFate",
     "RolloutEvent",
     "RolloutPolicy",
     "RolloutPolicyError",
@@ -188,12 +197,14 @@ __all__ = [
     "evaluate_thresholds",
     "evidence_matches",
     "is_online",
+    "is_overdue",
     "is_quiet",
     "next_state",
     "parse_version",
     "parse_version_range",
     "plan_hostdatadir_migration",
     "plan_waves",
+    "result_fate",
     "token_may_enroll",
     "try_parse_version",
     "wave_sizes",

@@ -74,6 +74,9 @@ class ConsoleProcess:
             "PROXIMA_PORT": str(self.port),
             "PROXIMA_NATS_PORT": str(self.nats_port),
             "PROXIMA_HEARTBEAT_FLUSH_SECONDS": "0.05",
+            # The swarm retries results within 2 s: a target's silence counts after 1 s of
+            # listening in tests (the fault tests set a grace above the swarm's backoff).
+            "PROXIMA_RESULT_GRACE_SECONDS": "1",
             "PROXIMA_LOG_LEVEL": "info",
             # builds signed with the suite's key are hosted; testkit.rollouts' reference
             # artifact (http://127.0.0.1:1/a.pyz) is an allowed source
@@ -87,6 +90,7 @@ class ConsoleProcess:
         self.log_path = data_dir / "console.log"
         self.token = ""
         self.bootstrap_info: dict[str, Any] = {}
+        self.orphans: list[int] = []
 
     @property
     def url(self) -> str:
@@ -114,6 +118,8 @@ class ConsoleProcess:
         return dataclasses.asdict(result)
 
     def start(self, timeout: float = 30.0) -> ConsoleProcess:
+        if self.process is not None and self.process.poll() is None:
+            return self  # started already: a second process would be left running untracked
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not self.token:
             self.bootstrap_info = self.bootstrap()
@@ -136,6 +142,7 @@ class ConsoleProcess:
         return self
 
     def stop(self) -> None:
+        self.end_orphans()
         if self.process and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -175,6 +182,32 @@ class ConsoleProcess:
         finally:
             engine.dispose()
         return user_jwt(account, public_key=public_key, name=name, pub=pub or [], sub=sub or [])
+
+    def kill(self) -> list[int]:
+        """SIGKILL the Console, as an OOM killer would; returns the pids its children had (its
+        embedded nats-server dies with it: ``PR_SET_PDEATHSIG``)."""
+        import psutil
+
+        assert self.process is not None
+        children = [c.pid for c in psutil.Process(self.process.pid).children(recursive=True)]
+        self.process.kill()
+        self.process.wait()
+        self.process = None
+        self.orphans = children
+        return children
+
+    def end_orphans(self) -> None:
+        """SIGKILL what :meth:`kill` left behind, and wait until it is gone."""
+        import psutil
+
+        for pid in self.orphans:
+            try:
+                proc = psutil.Process(pid)
+                proc.kill()
+                proc.wait(timeout=10)
+            except psutil.NoSuchProcess:
+                pass
+        self.orphans = []
 
     def client(self, token: str | None = None) -> httpx.Client:
         return httpx.Client(

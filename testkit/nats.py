@@ -109,3 +109,15 @@ class NatsServer:
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.1,
         )
+
+    async def connect_as(self, state: Any, **options: Any) -> Any:
+        """A connection holding an agent's key (``state``: an ``AgentState``), with its
+        permissions: what that agent, or someone who stole its key, may do."""
+        import nats
+
+        return await nats.connect(
+            self.url,
+            nkeys_seed_str=state.seed.get_secret_value(),
+            allow_reconnect=False,
+            **options,
+        )

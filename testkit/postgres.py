@@ -47,6 +47,10 @@ class ThrowawayPostgres:
     def start(self) -> None:
         if self.as_root:
             shutil.chown(self.root, "postgres", "postgres")
+        self._initdb()
+        self.resume()
+
+    def _initdb(self) -> None:
         self._run(
             str(self.bindir / "initdb"),
             "-D",
@@ -58,6 +62,9 @@ class ThrowawayPostgres:
             "UTF8",
             "--no-sync",
         )
+
+    def resume(self) -> None:
+        """Start the server (again, after :meth:`halt`) on the same port and data."""
         self._run(
             str(self.bindir / "pg_ctl"),
             "-D",
@@ -69,6 +76,11 @@ class ThrowawayPostgres:
             "-w",
             "start",
         )
+
+    def halt(self) -> None:
+        """Stop the server as a crash would (``immediate``: connections cut, no checkpoint),
+        keeping its data for :meth:`resume`. For fault tests on a cluster of their own."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "immediate", "stop")
 
     def url(self, dbname: str) -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{dbname}"

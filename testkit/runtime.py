@@ -19,13 +19,19 @@ from testkit.nats import NatsServer
 
 
 class Inbox:
-    """Everything published on a subject, decoded."""
+    """Everything published on a subject, decoded. A request (a command result) is answered
+    like the Console answers it: ``recorded`` (or ``ack`` when set, ``None``: no answer)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ack: str | None = "recorded") -> None:
         self.messages: list[dict[str, Any]] = []
+        self.ack = ack
 
     async def handle(self, msg: Any) -> None:
-        self.messages.append(json.loads(msg.data))
+        body = json.loads(msg.data)
+        self.messages.append(body)
+        if msg.reply and self.ack is not None:
+            answer = {"command_id": body.get("command_id", "-"), "outcome": self.ack}
+            await msg.respond(json.dumps(answer).encode())
 
 
 def settings(data_dir: Path, **overrides: Any) -> AgentSettings:

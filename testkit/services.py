@@ -38,7 +38,7 @@ from console.schemas import ALL_SCOPES, InstallTokenCreate
 from console.services import tokens
 from console.services.enrollment import enroll_agent
 from console.services.heartbeats import record_heartbeats
-from console.services.rollouts.results import record_results
+from console.services.rollouts.results import RecordedResults, record_results
 from console.services.unit_of_work import UnitOfWork, UnitsOfWork
 from contracts.agent_types import AgentType
 from contracts.enrollment import (
@@ -385,6 +385,19 @@ class InProcessConsole:
     async def result(self, command: CommandSent, status: CommandStatus, **detail: Any) -> list[str]:
         """The agent's result for a sent command, through the ingester's service; returns the
         rollouts it halted."""
+        return (await self.deliver(command, status, **detail)).halted
+
+    async def deliver(
+        self,
+        command: CommandSent,
+        status: CommandStatus,
+        *,
+        agent_id: str | None = None,
+        **detail: Any,
+    ) -> RecordedResults:
+        """The same, returning what the batch did (its acknowledgement); ``agent_id`` sends it
+        as another agent would."""
+        sender = agent_id or command.agent_id
         result = CommandResult(
             command_id=command.command_id,
             agent_id=command.agent_id,
@@ -395,7 +408,7 @@ class InProcessConsole:
             detail=detail,
         )
         return await self.run(
-            lambda uow: record_results(uow.session, [(command.agent_id, result)]), write=True
+            lambda uow: record_results(uow.session, [(sender, result)]), write=True
         )
 
 

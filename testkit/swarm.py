@@ -1,11 +1,18 @@
 """Simulated agents: real enrolled identities, each on its own NATS connection with its own key,
-answering commands. For rollout tests of the Console and the flow, and for benchmarks."""
+answering commands. For rollout tests of the Console and the flow, and for benchmarks.
+
+Results follow the agent's protocol (``agent.delivery``): a request on the result subject,
+answered in the agent's own inbox (``subjects.agent_inbox_prefix``); an unsettled answer (no
+responder, a timeout, ``unavailable``) is retried with backoff until the Console acknowledges
+it. The outbox is in memory: the swarm outlives a Console restart, it never restarts itself."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,8 +28,23 @@ from testkit.console import ConsoleProcess, Identity
 Behaviour = Callable[[str, dict[str, Any]], tuple[str, str | None, str | None]]
 
 
+async def _quiet(_error: Exception) -> None:
+    """Connection errors while a Console restarts are expected; nats-py would print each."""
+
+
 def succeed(_name: str, cmd: dict[str, Any]) -> tuple[str, str | None, str | None]:
     return "succeeded", None, cmd["args"]["version"]
+
+
+@dataclass
+class Delivery:
+    """One result's way to the Console: when it was first sent, how often, how it ended."""
+
+    command_id: str
+    first_sent: float  # time.time()
+    attempts: int = 0
+    acked: float | None = None
+    outcome: str | None = None
 
 
 @dataclass
@@ -32,6 +54,7 @@ class SimAgent:
     version: str
     received: list[dict[str, Any]] = field(default_factory=list)
     executed: set[str] = field(default_factory=set)
+    deliveries: dict[str, Delivery] = field(default_factory=dict)
 
 
 class Swarm:
@@ -46,6 +69,9 @@ class Swarm:
         version: str = "0.8.0",
         behaviour: Behaviour = succeed,
         heartbeat_seconds: float = 0.5,
+        ack_timeout: float = 2.0,
+        retry_max: float = 2.0,
+        result_delay: float = 0.0,
     ) -> None:
         self.console = console
         self.count = count
@@ -53,6 +79,12 @@ class Swarm:
         self.version = version
         self.behaviour = behaviour
         self.heartbeat_seconds = heartbeat_seconds
+        self.ack_timeout = ack_timeout
+        self.retry_max = retry_max
+        # Each result is sent after a random pause of up to this many seconds (an update takes
+        # time): a fault test's results keep coming while the Console is down.
+        self.result_delay = result_delay
+        self.heartbeats_sent = 0
         self.agents: list[SimAgent] = []
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -89,7 +121,10 @@ class Swarm:
             nc = await nats.connect(
                 self.console.nats_url,
                 **agent.ident.nats_options(),
+                inbox_prefix=subjects.agent_inbox_prefix(agent.agent_id),
                 max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                error_cb=_quiet,
             )
             self._conns.append(nc)
             await nc.subscribe(subjects.commands(agent.agent_id), cb=self._handler(nc, agent))
@@ -117,11 +152,33 @@ class Swarm:
                 "detail": {"old_version": self.version, "new_version": new_version},
             }
             if status != "silent":
-                await nc.publish(
-                    subjects.command_result(agent.agent_id), json.dumps(result).encode()
+                self._tasks.append(
+                    asyncio.create_task(self._deliver(nc, agent, cmd["command_id"], result))
                 )
 
         return on_command
+
+    async def _deliver(self, nc: Any, agent: SimAgent, command_id: str, result: Any) -> None:
+        """Request until the Console settles it (``recorded``, ``duplicate``, ``refused``…)."""
+        if self.result_delay:
+            await asyncio.sleep(random.uniform(0, self.result_delay))
+        record = agent.deliveries[command_id] = Delivery(command_id, time.time())
+        payload = json.dumps(result).encode()
+        wait = 0.2
+        while True:
+            record.attempts += 1
+            try:
+                reply = await nc.request(
+                    subjects.command_result(agent.agent_id), payload, timeout=self.ack_timeout
+                )
+                outcome = json.loads(reply.data).get("outcome")
+            except Exception:  # no responders, timeout, reconnecting: keep it, try again
+                outcome = None
+            if outcome is not None and outcome != "unavailable":
+                record.acked, record.outcome = time.time(), outcome
+                return
+            await asyncio.sleep(wait * (0.8 + 0.4 * random.random()))
+            wait = min(self.retry_max, wait * 2)
 
     async def _beat(self, nc: Any, agent: SimAgent) -> None:
         while True:
@@ -138,6 +195,9 @@ class Swarm:
                 await nc.publish(subjects.heartbeat(agent.agent_id), json.dumps(body).encode())
             except Exception:  # reconnecting; the next beat goes out
                 pass
+            else:
+                # Queued while reconnecting counts too: nats-py sends its buffer on reconnect.
+                self.heartbeats_sent += 1
             await asyncio.sleep(self.heartbeat_seconds)
 
     async def _stop(self) -> None:
@@ -148,6 +208,9 @@ class Swarm:
                 await nc.close()
             except Exception:
                 pass
+
+    def deliveries(self) -> list[Delivery]:
+        return [d for a in self.agents for d in list(a.deliveries.values())]
 
     def received_by(self) -> dict[str, int]:
         return {a.ident.name: len(a.received) for a in self.agents}

@@ -1,10 +1,13 @@
 """Install: the verified build takes the program's place, the old one kept as a backup.
 
-    backup       rename <program> → <program>.bak   ("backup current binary: rename …: …")
-    install      rename temp → <program> (atomic)
+    backup       link <program> → <program>.bak     ("backup current binary: rename …: …")
+    install      rename temp → <program> (atomic, over the old name)
 
-The marker (phase ``installing``) is written before the first rename, so a crash at any point is
-settled at the next start (:mod:`agent.selfupdate.probation`). Every rename goes through
+The program's path names a runnable build at every instant: the backup is a second name for the
+old file (a hard link, or a copy where links are refused), then one rename puts the new build
+over the old name. A kill between the two steps leaves the old build in place and a backup
+beside it; the marker (phase ``installing``, written before the first step) settles that at
+the next start (:mod:`agent.selfupdate.probation`). Every rename goes through
 :class:`~agent.selfupdate.program.ProgramFiles`, whose errors read like the Go agent's.
 """
 
@@ -32,7 +35,7 @@ def install(
     program = marker.program
     markers.write(marker)
     try:
-        files.rename(program, marker.backup)
+        files.keep_copy(program, marker.backup)
     except FileOperationError as e:
         markers.remove()
         failure = UpdateFailure(FailedStep.BACKUP, f"backup current binary: {e}", e.errno)

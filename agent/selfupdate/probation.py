@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from agent.selfupdate.failures import FailedStep, FailureFields, UpdateFailure, failure_fields
 from agent.selfupdate.handover import ExecRequest, roll_back
 from agent.selfupdate.marker import MarkerStore, Phase, UpdateMarker
-from agent.selfupdate.program import ProgramFiles
+from agent.selfupdate.program import FileOperationError, ProgramFiles
 from contracts.durations import format_duration
 from contracts.messages import CommandKind, CommandResult, CommandStatus
 
@@ -202,6 +202,26 @@ def decide_at_start(
 # -- at start -------------------------------------------------------------------------------
 
 
+def _restore_missing_program(marker: UpdateMarker, files: ProgramFiles) -> None:
+    """An older build's install could be killed between its two renames (program moved to the
+    backup, the new build not yet in place): give the program's path its backup again, keeping
+    the backup for the decision that follows. This build's install never leaves that gap."""
+    if marker.program.exists() or not marker.backup.exists():
+        return
+    try:
+        files.keep_copy(marker.backup, marker.program)
+    except FileOperationError as e:
+        log.error("the program file %s is missing and restoring it failed: %s", marker.program, e)
+        return
+    files.sync_dir(marker.program.parent)
+    log.warning(
+        "the program file %s was missing (an update cut short); restored %s from %s",
+        marker.program,
+        marker.old_version,
+        marker.backup,
+    )
+
+
 def settle_at_start(
     ledger: CommandLedger, *, version: str, markers: MarkerStore, files: ProgramFiles
 ) -> tuple[ExecRequest | None, Probation | None]:
@@ -212,6 +232,7 @@ def settle_at_start(
         ledger.load()
         return None, None
     ledger.load(keep_open=frozenset({marker.command_id}))
+    _restore_missing_program(marker, files)
     known = ledger.get(marker.command_id)
     decision = decide_at_start(
         marker,

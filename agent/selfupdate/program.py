@@ -9,8 +9,10 @@ chosen errno where no read-only mount can be made. Its errors read like the Go a
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +74,18 @@ class FileOperationError(OSError):
         return self.text
 
 
+# Filesystems without hard links answer these to link(2); a copy does the job there.
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV})
+
+
+def _copy(src: Path, dst: Path) -> None:
+    with open(src, "rb") as source, open(dst, "xb") as sink:
+        shutil.copyfileobj(source, sink, 1024 * 1024)
+        sink.flush()
+        os.fsync(sink.fileno())
+    shutil.copystat(src, dst)
+
+
 @dataclass
 class ProgramFiles:
     """Renames, replaces and removals of program files, failing with :class:`FileOperationError`.
@@ -100,6 +114,26 @@ class ProgramFiles:
         try:
             os.replace(src, dst)
         except OSError as e:
+            raise FileOperationError("rename", (src, dst), e) from None
+
+    def keep_copy(self, src: Path, dst: Path) -> None:
+        """Make ``dst`` a second name for ``src`` (a hard link; a copy where the filesystem
+        has none), replacing ``dst``: ``src`` never stops existing. Errors say ``rename``, the
+        step's name in the Go agent's texts."""
+        self._check("rename", src, dst)
+        tmp = dst.with_name(f".{dst.name}.tmp")
+        try:
+            tmp.unlink(missing_ok=True)
+            try:
+                os.link(src, tmp)
+            except OSError as e:
+                if e.errno not in _NO_HARD_LINKS:
+                    raise
+                _copy(src, tmp)
+            os.replace(tmp, dst)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
             raise FileOperationError("rename", (src, dst), e) from None
 
     def remove(self, path: Path) -> None:

@@ -87,9 +87,9 @@ class ConsoleSettings(BaseSettings):
     )
     nats_agent_max_subscriptions: int = Field(
         default=10,
-        ge=2,
+        ge=3,
         description="Subscriptions one agent connection may hold (its JWT's subs limit; an "
-        "agent uses 2).",
+        "agent uses 3: its commands, twice, and its reply inbox).",
     )
     nats_agent_max_connections: int = Field(
         default=3,
@@ -190,6 +190,13 @@ class ConsoleSettings(BaseSettings):
         gt=0,
         description="How often the Console asks Prefect whether each unfinished rollout's "
         "flow run still drives it (and on every operator decision).",
+    )
+    result_grace_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="A dispatched target past its wave timeout becomes timed_out only once the "
+        "Console has been listening (NATS connected, database writable) this long without a "
+        "break: agents holding a result retry within their backoff (30 s at most).",
     )
     web_sessions_per_token: int = Field(
         default=50,

@@ -12,7 +12,9 @@ import logging
 import os
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import nkeys
 from sqlalchemy.engine import Engine
@@ -20,7 +22,9 @@ from sqlalchemy.engine import Engine
 from console.core.clock import utcnow
 from console.core.db import make_engine, migrate
 from console.core.files import private_dir, private_file
+from console.core.outages import Dependency
 from console.core.settings import ConsoleSettings
+from console.errors import ServiceUnavailableError
 from console.ingest import ChunkLimits, Ingester
 from console.runtime.fleet_nats import FleetNats
 from console.services.maintenance import Maintenance
@@ -86,6 +90,34 @@ class ConsoleRuntime:
         self.rotation_waiters: dict[str, asyncio.Event] = {}
         self._sweeper: asyncio.Task[None] | None = None
 
+    @property
+    def nats(self) -> Dependency:
+        """The fleet's NATS as a dependency (up since, or the problem); the database's is
+        ``units.database``."""
+        return self.fleet_nats.health
+
+    @property
+    def listening_since(self) -> datetime | None:
+        """Since when the Console could hear every result (NATS up and the database writable),
+        ``None`` while it cannot: the rollout timeout sweep waits on it."""
+        nats_up, db_up = self.nats.up_since, self.units.database.up_since
+        if nats_up is None or db_up is None:
+            return None
+        return max(nats_up, db_up)
+
+    async def readiness(self) -> dict[str, dict[str, Any]]:
+        """``/readyz``: the database (a ``SELECT 1`` now) and NATS (the system connection)."""
+        try:
+            await self.units.run(lambda uow: uow.session.connection().exec_driver_sql("SELECT 1"))
+        except ServiceUnavailableError:
+            pass  # recorded on ``units.database``
+        nc = self.fleet_nats.sys_nc
+        if nc is None or not nc.is_connected:
+            self.nats.failed("not connected")
+        else:
+            self.nats.ok()
+        return {dep.name: _detail(dep) for dep in (self.units.database, self.nats)}
+
     def backend_url(self, request_base_url: str) -> str:
         """What agents should use: PROXIMA_PUBLIC_URL, else the address a request came in on."""
         return (self.settings.public_url or request_base_url).rstrip("/")
@@ -140,7 +172,7 @@ class ConsoleRuntime:
     async def _sweep(self) -> None:
         """The background work (``services.maintenance``: leased, so N replicas never double
         it): rollout timeouts, rollout drivers, SQLite statistics."""
-        maintenance = Maintenance(self)
+        maintenance = Maintenance(self, listening_since=lambda: self.listening_since)
         while True:
             await asyncio.sleep(self.settings.rollout_sweep_seconds)
             await maintenance.tick(time.monotonic())
@@ -150,3 +182,12 @@ class ConsoleRuntime:
         command_id = uuid.uuid4().hex
         await self.send_commands([(agent_id, command_id)], kind, args)
         return command_id
+
+
+def _detail(dep: Dependency) -> dict[str, Any]:
+    since = dep.up_since
+    return {
+        "ok": dep.up,
+        **({"since": since.isoformat()} if since else {}),
+        **({"problem": dep.problem} if dep.problem else {}),
+    }

@@ -25,6 +25,7 @@ import nkeys
 from nats.aio.client import Client as NatsClient
 from prometheus_client import Counter, Histogram
 
+from console.core.outages import Dependency
 from console.core.settings import ConsoleSettings
 from console.ingest import Ingester
 from console.nats.accounts import AccountLinks
@@ -97,6 +98,9 @@ class FleetNats:
         self._signed: dict[str, tuple[tuple[tuple[str, int], ...], str]] = {}
         self._sync_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
+        # Whether the Console hears the fleet: the system connection to the server(s), which
+        # every account connection shares the fate of; ``/readyz`` and the timeout sweep read it.
+        self.health = Dependency("nats", up=False)
 
     async def start(self, seed: bytes) -> None:
         s = self.settings
@@ -143,8 +147,12 @@ class FleetNats:
 
         async def reconnected() -> None:
             log.warning("nats system connection reconnected: pushing every account again")
+            self.health.ok()
             if self.pusher is not None:
                 self.pusher.push_all()
+
+        async def disconnected() -> None:
+            self.health.failed("connection to the server lost; reconnecting")
 
         self.sys_nc = await nats.connect(
             self.servers,
@@ -154,7 +162,9 @@ class FleetNats:
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
             reconnected_cb=reconnected,
+            disconnected_cb=disconnected,
         )
+        self.health.ok()
         sys_nc = self.sys_nc
 
         async def request(subject: str, data: bytes) -> bytes:

@@ -74,7 +74,9 @@ class EnrollOutcome:
     revoked_key: bool = False
 
 
-def _check_install_token(session: Session, raw: str, now: datetime) -> InstallToken:
+def _check_install_token(
+    session: Session, raw: str, now: datetime, *, count_uses: bool = True
+) -> InstallToken:
     token = session.exec(
         select(InstallToken).where(InstallToken.token_hash == token_hash(raw))
     ).first()
@@ -87,12 +89,17 @@ def _check_install_token(session: Session, raw: str, now: datetime) -> InstallTo
             ErrorReason.INSTALL_TOKEN_EXPIRED,
             f"install token expired at {token.expires_at.isoformat()}",
         )
+    if count_uses:
+        _check_uses(token)
+    return token
+
+
+def _check_uses(token: InstallToken) -> None:
     if token.max_uses is not None and token.uses >= token.max_uses:
         raise UnauthorizedError(
             ErrorReason.INSTALL_TOKEN_EXHAUSTED,
             f"install token has been used {token.uses} times of {token.max_uses}",
         )
-    return token
 
 
 def _check_signature(req: EnrollRequest, now: datetime, skew_seconds: float) -> None:
@@ -204,7 +211,8 @@ def enroll(
 ) -> EnrollOutcome:
     now = now or utcnow()
     _check_signature(req, now, skew_seconds)
-    token = _check_install_token(session, req.install_token, now)
+    # Uses are checked once we know this is not a re-delivery (below).
+    token = _check_install_token(session, req.install_token, now, count_uses=False)
     existing = session.exec(
         select(Agent)
         .where(
@@ -224,17 +232,19 @@ def enroll(
             f"install token {token.prefix}… is bound to cluster {token.cluster_slug!r}: it "
             f"enrolls only Kubernetes agents, not {req.agent_type.value}",
         )
+    if decision.action is EnrollmentAction.SAME_IDENTITY:
+        # The same key again (its holder proved it): a re-delivery of an enrollment whose
+        # answer, or whose state file, was lost — the same record, no token use counted.
+        assert existing is not None
+        return EnrollOutcome(agent=existing, created=False, rebound=False)
+    _check_uses(token)
     if decision.action in (EnrollmentAction.CREATE, EnrollmentAction.REBIND):
         _check_key_free(session, req, existing)
-    match decision.action:
-        case EnrollmentAction.SAME_IDENTITY:
-            assert existing is not None
-            return EnrollOutcome(agent=existing, created=False, rebound=False)
-        case EnrollmentAction.REFUSE:
-            assert existing is not None and held is not None and decision.refusal is not None
-            conflict = _refusal(decision.refusal, existing, held, quiet_seconds, claim)
-            _record_conflict(session, existing, conflict, now)
-            raise conflict
+    if decision.action is EnrollmentAction.REFUSE:
+        assert existing is not None and held is not None and decision.refusal is not None
+        conflict = _refusal(decision.refusal, existing, held, quiet_seconds, claim)
+        _record_conflict(session, existing, conflict, now)
+        raise conflict
     # A use of the token, written in the same flush as the record (one flush, not two).
     token.uses += 1
     token.last_used_at = now

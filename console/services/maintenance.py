@@ -23,7 +23,9 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from sqlalchemy import text
 
@@ -51,6 +53,9 @@ class Maintenance:
     """One replica's share of the background work: call ``tick`` on every sweep."""
 
     rt: ServiceRuntime
+    listening_since: Callable[[], datetime | None] = field(default=utcnow)
+    """Since when this replica hears every result (None: not now): timeouts wait on it
+    (``fleet_policy.deliveries``)."""
     holder: str = field(default_factory=replica_id)
     _last: dict[str, float] = field(default_factory=dict)
 
@@ -61,13 +66,20 @@ class Maintenance:
         return True
 
     async def expire_timeouts(self) -> list[str] | None:
-        """Expire overdue targets when this replica holds the lease; None when it does not."""
-        ttl = max(5.0, 10 * self.rt.settings.rollout_sweep_seconds)
+        """Expire overdue targets when this replica holds the lease and has been listening for
+        the result grace period; None when it does not."""
+        s = self.rt.settings
+        ttl = max(5.0, 10 * s.rollout_sweep_seconds)
+        since = self.listening_since()
+        if since is None:
+            return None  # results may be waiting in agents' outboxes: nothing is overdue
 
         def work(uow: UnitOfWork) -> list[str] | None:
             if not acquire(uow.session, "rollout-timeouts", self.holder, ttl=ttl, now=utcnow()):
                 return None
-            return expire_overdue(uow.session)
+            return expire_overdue(
+                uow.session, listening_since=since, grace_seconds=s.result_grace_seconds
+            )
 
         return await self.rt.units.run(work, write=True)
 

@@ -6,6 +6,10 @@ database — NATS identity changes and revocations, command sends, Prefect start
 registered with ``after_commit`` and run, in order, on the event loop only once the transaction
 has committed: a rolled-back unit never publishes anything.
 
+A database that cannot be reached (connection refused or lost, a pool timeout) is reported to
+``UnitsOfWork.database`` (one log line per outage transition) and raised as
+:class:`~console.errors.ServiceUnavailableError` (503 ``database_unavailable``), never as a 500.
+
 ``ServiceRuntime`` is what the services need from the running Console (``console.runtime``
 implements it); services never import the runtime itself.
 """
@@ -19,16 +23,35 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol, TypeVar
 
 import anyio.to_thread
+from sqlalchemy import exc as db_errors
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from console.core.outages import Dependency
 from console.core.settings import ConsoleSettings
+from console.errors import ServiceUnavailableError
 from contracts.messages import CommandKind
+from contracts.vocabulary import ErrorReason
 
-__all__ = ["Effect", "ServiceRuntime", "UnitOfWork", "UnitsOfWork"]
+__all__ = [
+    "Effect",
+    "ServiceRuntime",
+    "UnitOfWork",
+    "UnitsOfWork",
+    "database_unreachable",
+]
 
 T = TypeVar("T")
 Effect = Callable[[], Awaitable[object]]
+
+
+def database_unreachable(error: BaseException) -> bool:
+    """Whether ``error`` says the database cannot be reached (rather than a bug or a refusal)."""
+    if isinstance(error, db_errors.DBAPIError) and error.connection_invalidated:
+        return True
+    return isinstance(
+        error, db_errors.OperationalError | db_errors.InterfaceError | db_errors.TimeoutError
+    )
 
 
 class UnitOfWork:
@@ -50,6 +73,7 @@ class UnitsOfWork:
         # SQLite has one writer at a time; queueing writers here instead of in SQLite's busy
         # handler (which sleeps in coarse steps) keeps enrollment latency flat under load.
         self._write_lock = threading.Lock() if serialize_writes else None
+        self.database = Dependency("database")
 
     def writer(self) -> AbstractContextManager[object]:
         return self._write_lock if self._write_lock is not None else nullcontext()
@@ -83,9 +107,20 @@ class UnitsOfWork:
         commit_on: tuple[type[BaseException], ...] = (),
     ) -> T:
         """Hop to a worker thread for the transaction, then run its effects here, in order."""
-        result, effects = await anyio.to_thread.run_sync(
-            lambda: self.run_sync(work, write=write, commit_on=commit_on)
-        )
+        try:
+            result, effects = await anyio.to_thread.run_sync(
+                lambda: self.run_sync(work, write=write, commit_on=commit_on)
+            )
+        except Exception as e:
+            if not database_unreachable(e):
+                raise
+            self.database.failed(e)
+            raise ServiceUnavailableError(
+                ErrorReason.DATABASE_UNAVAILABLE,
+                # The detail (hosts, users) is for the log, not for API callers.
+                "the Console's database is unavailable; retry later",
+            ) from e
+        self.database.ok()
         for effect in effects:
             await effect()
         return result

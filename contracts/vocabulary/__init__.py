@@ -12,7 +12,12 @@ in the rest of ``contracts`` are built on it.
 """
 
 from contracts.vocabulary.agents import AgentFlag, AgentStatus, AgentType
-from contracts.vocabulary.commands import CommandFailureKind, CommandKind, CommandStatus
+from contracts.vocabulary.commands import (
+    CommandFailureKind,
+    CommandKind,
+    CommandStatus,
+    ResultAckOutcome,
+)
 from contracts.vocabulary.identities import ReleaseOutcome
 from contracts.vocabulary.inventory import InventoryProblemKind
 from contracts.vocabulary.reasons import ErrorReason
@@ -36,6 +41,7 @@ __all__ = [
     "FailureType",
     "InventoryProblemKind",
     "ReleaseOutcome",
+    "ResultAckOutcome",
     "RolloutState",
     "TargetStatus",
     "ThresholdAction",

@@ -16,6 +16,30 @@ class CommandStatus(StrEnum):
     REJECTED = "rejected"
 
 
+class ResultAckOutcome(StrEnum):
+    """The Console's answer to a delivered command result (``contracts.messages.ResultAck``).
+
+    The first four end the agent's retries; ``unavailable`` asks it to keep the result and
+    try again (the database could not commit it)."""
+
+    RECORDED = "recorded"
+    """Committed now."""
+    DUPLICATE = "duplicate"
+    """Committed before (a re-delivery): acknowledged again, applied once."""
+    NOT_TRACKED = "not_tracked"
+    """A kind the Console keeps no record of (``ping``, ``rotate_credentials``): nothing to
+    store, and nothing to retry."""
+    REFUSED = "refused"
+    """Never stored (``reason`` says why, e.g. ``unknown_command``); retrying cannot help."""
+    UNAVAILABLE = "unavailable"
+    """Not committed (``reason``: ``database_unavailable``): keep it and retry."""
+
+    @property
+    def settled(self) -> bool:
+        """Whether the agent may forget the result."""
+        return self is not ResultAckOutcome.UNAVAILABLE
+
+
 class CommandFailureKind(StrEnum):
     """Why a command was rejected or failed, for machines; ``error`` stays the prose for people.
 

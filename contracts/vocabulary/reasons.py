@@ -18,6 +18,16 @@ class ErrorReason(StrEnum):
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
     INTERNAL_ERROR = "internal_error"
     """A 500: a bug in the Console, logged with its traceback; never expected."""
+    # --- outages ---------------------------------------------------------------------- 503
+    DATABASE_UNAVAILABLE = "database_unavailable"
+    """503: the Console cannot reach its database right now; retry later (also the answer to
+    a command result the Console could not commit: the agent keeps it and retries)."""
+    NATS_UNAVAILABLE = "nats_unavailable"
+    """503 on ``/readyz``: the Console's own NATS connection is down."""
+    # --- command results (refused acknowledgements, never HTTP) -------------------------------
+    UNKNOWN_COMMAND = "unknown_command"
+    """A result for a command this Console never sent to the agent that reports it (an id it
+    does not know, or another agent's): refused, never stored; retrying cannot help."""
     # --- API tokens and scopes --------------------------------------------------------- 401/403
     MISSING_TOKEN = "missing_token"
     MALFORMED_AUTHORIZATION = "malformed_authorization"

@@ -254,3 +254,74 @@ def test_backoff_grows_caps_and_jitters_down() -> None:
     assert b.delay(3, rng=lambda: 1.0) == pytest.approx(6.4)
     assert b.delay(3, rng=lambda: 0.0) == 8
     assert Backoff(initial=1, maximum=0.5).step(0) == 0.5
+
+
+class FullDiskStore(StateStore):
+    """``state.json`` cannot be written (ENOSPC) the first ``failures`` times."""
+
+    def __init__(self, data_dir: Path, failures: int) -> None:
+        super().__init__(data_dir)
+        self.failures = failures
+
+    def create(self, state: Any) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise OSError(28, "No space left on device")
+        super().create(state)
+
+
+async def test_a_state_file_that_cannot_be_written_retries_with_the_same_key(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Broke: an agent enrolling on a full disk exited 1 and its next start proved a new key
+    under the same name, which the Console refused (409) for the whole quiet window. The key is
+    kept on disk before enrolling; a retry (or a restart) proves the same key."""
+    console = FakeConsole(lambda body: answer(201, enrolled_body(body)))
+    cfg = config(tmp_path)
+    readiness = Readiness()
+    full = FullDiskStore(tmp_path, failures=2)
+    backend = BackendClient(cfg.backend_url, transport=console.transport())
+    state = await Enroller(cfg, backend, full, readiness, backoff=FAST).enroll()
+    keys = {r["public_key"] for r in console.requests}
+    assert len(console.requests) == 3 and keys == {state.public_key}
+    assert stat.S_IMODE(store_mode(tmp_path)) == 0o600
+    assert not (tmp_path / "enrollment.key").exists(), "the key lives in state.json now"
+    assert "state file not writable" in caplog.text or "cannot write state file" in caplog.text
+
+
+def store_mode(tmp_path: Path) -> int:
+    return (tmp_path / "state.json").stat().st_mode
+
+
+async def test_a_restart_after_a_failed_state_write_proves_the_same_key(tmp_path: Path) -> None:
+    console = FakeConsole(lambda body: answer(201, enrolled_body(body)))
+    cfg = config(tmp_path)
+    backend = BackendClient(cfg.backend_url, transport=console.transport())
+    first = Enroller(cfg, backend, FullDiskStore(tmp_path, failures=99), Readiness(), backoff=FAST)
+    task = asyncio.create_task(first.enroll())
+    await await_for(lambda: len(console.requests) >= 2, what="two attempts")
+    task.cancel()  # the process dies
+    key_file = tmp_path / "enrollment.key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    second = Enroller(cfg, backend, StateStore(tmp_path), Readiness(), backoff=FAST)
+    state = await second.enroll()
+    assert {r["public_key"] for r in console.requests} == {state.public_key}
+
+
+async def test_nothing_is_sent_while_the_key_cannot_be_kept(tmp_path: Path) -> None:
+    console = FakeConsole(lambda body: answer(201, enrolled_body(body)))
+    cfg = config(tmp_path)
+    backend = BackendClient(cfg.backend_url, transport=console.transport())
+    readiness = Readiness()
+    blocker = tmp_path / "enrollment.key"
+    blocker.mkdir()  # the key cannot be written there (works for root too, unlike a chmod)
+    task = asyncio.create_task(
+        Enroller(cfg, backend, StateStore(tmp_path), readiness, backoff=FAST).enroll()
+    )
+    await await_for(
+        lambda: "data directory not writable" in (readiness.reason() or ""), what="the problem"
+    )
+    assert console.requests == []
+    blocker.rmdir()
+    state = await asyncio.wait_for(task, 10)
+    assert [r["public_key"] for r in console.requests] == [state.public_key]

@@ -287,3 +287,85 @@ def test_downloads_follow_redirects_and_console_calls_do_not(
     assert sink.getvalue() == builds.new.path.read_bytes()
     api = transport(HttpRequest("GET", f"{artifacts.url}/moved.pyz"))
     assert api.status == 302
+
+
+# -- the swap leaves a runnable program at every instant --------------------------------------
+
+_KILLED_INSTALL = """
+import os, signal, sys
+from pathlib import Path
+from agent.selfupdate import install as install_module
+from agent.selfupdate.marker import MarkerStore, new_marker
+from agent.selfupdate.program import ProgramFiles
+
+program, staged, data = (Path(p) for p in sys.argv[1:4])
+
+class KilledBeforeInstall(ProgramFiles):
+    def replace(self, src, dst):
+        if dst == program:  # the install rename: die first, like a SIGKILL between the steps
+            os.kill(os.getpid(), signal.SIGKILL)
+        super().replace(src, dst)
+
+marker = new_marker(
+    command_id="upd", rollout_id="ro", old_version="0.8.0", new_version="0.9.0",
+    program=program, backup=program.with_name(program.name + ".bak"), health_timeout=5,
+)
+install_module.install(marker, staged, markers=MarkerStore(data), files=KilledBeforeInstall())
+"""
+
+
+def test_a_kill_between_backup_and_install_leaves_the_old_program_runnable(
+    tmp_path: Path, builds: Builds
+) -> None:
+    """Broke: the backup was a rename, so a kill in the 72 µs before the install rename left no
+    program file and the next start failed with ENOENT. The backup is now a hard link."""
+    import subprocess
+    import sys
+
+    bin_dir, data = tmp_path / "bin", tmp_path / "data"
+    bin_dir.mkdir()
+    data.mkdir()
+    program = bin_dir / "proxima-agent"
+    shutil.copy2(builds.old.path, program)
+    staged = bin_dir / ".proxima-agent.staged"
+    shutil.copy2(builds.new.path, staged)
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_INSTALL, str(program), str(staged), str(data)],
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        capture_output=True,
+        timeout=60,
+    )
+    assert killed.returncode == -9, killed.stderr.decode()
+    assert program.read_bytes() == builds.old.path.read_bytes()
+    assert os.access(program, os.X_OK)
+    version = subprocess.run(
+        [sys.executable, str(program), "version", "--json"], capture_output=True, timeout=60
+    )
+    assert version.returncode == 0, version.stderr.decode()
+    assert (bin_dir / "proxima-agent.bak").read_bytes() == builds.old.path.read_bytes()
+    # The next start settles the marker the kill left (phase installing) as before.
+    marker = MarkerStore(data).read()
+    assert marker is not None and marker.phase is Phase.INSTALLING
+    decision = decide_at_start(
+        marker, version="0.8.0", concluded=False, store=MarkerStore(data), files=ProgramFiles()
+    )
+    assert decision.exec_request is not None or decision.failure is not None
+    assert program.read_bytes() == builds.old.path.read_bytes()
+
+
+def test_a_missing_program_is_restored_from_its_backup_at_start(tmp_path: Path) -> None:
+    """What an older build's install could leave (killed between its two renames): the next
+    start gives the program's path its backup back before deciding anything."""
+    from agent.commands import CommandLedger
+    from agent.selfupdate.probation import settle_at_start
+
+    marker, program = marker_in(tmp_path, Phase.INSTALLING)
+    program.unlink()
+    store = MarkerStore(tmp_path)
+    store.write(marker)
+    ledger = CommandLedger(tmp_path, "agent-1")
+    exec_request, _probation = settle_at_start(
+        ledger, version="0.8.0", markers=store, files=ProgramFiles()
+    )
+    assert program.read_text() == "old build"
+    assert exec_request is not None or ledger.undelivered()

@@ -233,3 +233,99 @@ async def test_the_enroll_then_connect_path_in_process(
         assert runtime.store.current.name == "node-7"
     assert seen == [False]
     assert (tmp_path / "state.json").exists()
+
+
+async def test_a_result_is_kept_and_resent_until_acknowledged_even_across_a_restart(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
+    """Broke: results were fire-and-forget (publish + flush to the server): one sent while the
+    Console was not consuming was lost. Now it stays in the ledger until the Console's answer,
+    which comes only after its commit."""
+    from agent.commands import CommandLedger
+
+    state = enrolled(nats_server, tmp_path)
+    nats_server.allow(state.public_key, state.agent_id)
+    nats_server.reload()
+    client = await nats_server.connect()
+    fast = {"result_ack_timeout": 0.2, "result_retry_max": 0.2}
+    silent = Inbox(ack=None)  # a Console that receives but never commits
+    sub = await client.subscribe(subjects.command_result(state.agent_id), cb=silent.handle)
+    runtime = AgentRuntime(settings(tmp_path, **fast))
+    async with running(runtime):
+        await await_for(lambda: ready(runtime), what="agent ready")
+        await send_command(client, state.agent_id, "ping", "cmd-1")
+        await await_for(lambda: len(silent.messages) >= 3, what="the result sent again")
+    owed = CommandLedger(tmp_path, state.agent_id)
+    owed.load()
+    assert [r.command_id for r in owed.undelivered()] == ["cmd-1"]
+    await sub.unsubscribe()
+
+    unavailable = Inbox(ack="unavailable")  # the database is down: keep it
+    sub = await client.subscribe(subjects.command_result(state.agent_id), cb=unavailable.handle)
+    runtime2 = AgentRuntime(settings(tmp_path, **fast))
+    async with running(runtime2):
+        await await_for(lambda: len(unavailable.messages) >= 2, what="sent after the restart")
+        await sub.unsubscribe()
+        recorded = Inbox()
+        await client.subscribe(subjects.command_result(state.agent_id), cb=recorded.handle)
+        await await_for(lambda: recorded.messages, what="the acknowledged delivery")
+        settled = CommandLedger(tmp_path, state.agent_id)
+        await await_for(
+            lambda: settled.load() or not settled.undelivered(), what="the ledger settled"
+        )
+        assert runtime2.dispatcher is not None and runtime2.dispatcher.executed == []
+        count = len(recorded.messages)
+        await send_command(client, state.agent_id, "ping", "cmd-2")
+        await await_for(lambda: len(recorded.messages) > count, what="the next result")
+    first = CommandResult.model_validate(silent.messages[0])
+    assert {m["command_id"] for m in silent.messages + unavailable.messages} == {"cmd-1"}
+    assert CommandResult.model_validate(recorded.messages[0]) == first
+    assert [m["command_id"] for m in recorded.messages] == ["cmd-1", "cmd-2"]
+    await client.close()
+
+
+async def test_a_refused_result_is_not_sent_again(
+    tmp_path: Path, nats_server: NatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    state = enrolled(nats_server, tmp_path)
+    nats_server.allow(state.public_key, state.agent_id)
+    nats_server.reload()
+    client = await nats_server.connect()
+    refusing = Inbox(ack="refused")
+    await client.subscribe(subjects.command_result(state.agent_id), cb=refusing.handle)
+    runtime = AgentRuntime(settings(tmp_path, result_ack_timeout=0.2, result_retry_max=0.2))
+    async with running(runtime):
+        await await_for(lambda: ready(runtime), what="agent ready")
+        await send_command(client, state.agent_id, "ping", "cmd-1")
+        await await_for(lambda: refusing.messages, what="the result")
+        await send_command(client, state.agent_id, "ping", "cmd-2")
+        await await_for(lambda: len(refusing.messages) >= 2, what="the next result")
+    assert [m["command_id"] for m in refusing.messages] == ["cmd-1", "cmd-2"]
+    assert "the Console refused the result of command cmd-1" in caplog.text
+
+
+async def test_another_agent_cannot_read_this_agents_acknowledgements(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
+    """The reply inbox is per agent: its subscribe permission names its own prefix only."""
+    import nats.errors
+
+    mine = enrolled(nats_server, tmp_path / "a")
+    other = enrolled(nats_server, tmp_path / "b")
+    for state in (mine, other):
+        nats_server.allow(state.public_key, state.agent_id)
+    nats_server.reload()
+    errors: list[Exception] = []
+
+    async def on_error(error: Exception) -> None:
+        errors.append(error)
+
+    spy = await nats_server.connect_as(other, error_cb=on_error)
+    await spy.subscribe(f"{subjects.agent_inbox_prefix(mine.agent_id)}.>")
+    await await_for(
+        lambda: any("permissions violation" in str(e).lower() for e in errors),
+        what="the server refusing the subscription",
+    )
+    assert isinstance(errors[0], nats.errors.Error)
+    await spy.close()

@@ -33,6 +33,24 @@ def test_a_fresh_agent_enrolls_and_a_repeat_of_the_same_request_is_harmless(cons
     assert [h["kind"] for h in detail["history"]] == ["enrolled"]
 
 
+def test_a_redelivered_enrollment_is_the_same_record_even_on_a_used_up_token(console):
+    """Broke: an agent whose state file could not be written (a full disk) locked its own name
+    out. It now proves the same key again; the Console answers with the same record, and the
+    re-delivery does not count as a use of the token."""
+    token = console.install_token(max_uses=1)
+    ident = Identity(name="disk-full-1", machine_id="m-9")
+    first = ident.enroll(console, token)
+    assert first.status_code == 201, first.text
+    again = ident.enroll(console, token)
+    assert again.status_code == 200, again.text
+    assert again.json()["agent_id"] == first.json()["agent_id"]
+    assert again.json()["nats_jwt"]
+    other = Identity(name="disk-full-2").enroll(console, token)
+    assert (other.status_code, other.json()["reason"]) == (401, "install_token_exhausted")
+    with console.client() as c:
+        assert [t["uses"] for t in c.get("/api/v1/install-tokens").json() if t["uses"]] == [1]
+
+
 def test_a_name_clash_while_the_holder_is_live_is_409_name_in_use_and_flags_the_record(console):
     token = console.install_token()
     holder = Identity(name="node-a", agent_type="k8s-node-monitor", machine_id="m-a")

@@ -267,3 +267,98 @@ async def test_a_resume_prefect_refuses_is_a_409_not_a_200(services: InProcessCo
         await lifecycle.transition(services.rt, services.principal, rollout.id, "resume")
     assert refused.value.reason == ErrorReason.RESUME_REFUSED
     assert "Flow run is not paused" in refused.value.message
+
+
+# -- at-least-once results: idempotent, late ones win, silence only counts while listening ----
+
+
+async def test_a_repeated_result_is_acknowledged_again_and_never_applied_twice(
+    services: InProcessConsole,
+):
+    from contracts.vocabulary import ResultAckOutcome
+
+    await fleet(services, 20)
+    rollout = await create(services, criteria=[CriterionSpec(threshold_percent=50, min_executed=2)])
+    await start(services, rollout.id)
+    await send(services, rollout.id, 0)
+    (canary,) = services.effects.commands
+    first = await services.deliver(canary, CommandStatus.SUCCEEDED, new_version="0.9.0")
+    again = await services.deliver(canary, CommandStatus.FAILED)
+    assert [a.outcome for a in first.acks] == [ResultAckOutcome.RECORDED]
+    assert [a.outcome for a in again.acks] == [ResultAckOutcome.DUPLICATE]
+    shown = await reads.get_rollout(services.rt, services.principal, rollout.id)
+    assert shown.counts[TargetStatus.SUCCEEDED] == 1 and shown.counts[TargetStatus.FAILED] == 0
+
+
+async def test_a_result_for_another_agents_or_an_unknown_command_is_refused(
+    services: InProcessConsole,
+):
+    from contracts.vocabulary import ErrorReason, ResultAckOutcome
+
+    ids = await fleet(services, 20)
+    rollout = await create(services)
+    await start(services, rollout.id)
+    await send(services, rollout.id, 0)
+    (canary,) = services.effects.commands
+    stranger = next(i for i in ids.values() if i != canary.agent_id)
+    foreign = await services.deliver(canary, CommandStatus.FAILED, agent_id=stranger)
+    (ack,) = foreign.acks
+    assert (ack.outcome, ack.reason) == (ResultAckOutcome.REFUSED, ErrorReason.UNKNOWN_COMMAND)
+    assert ack.message == f"no command {canary.command_id} was sent to agent {stranger}"
+    unknown = CommandSent(canary.agent_id, "f" * 32, canary.kind, {})
+    (ack,) = (await services.deliver(unknown, CommandStatus.SUCCEEDED)).acks
+    assert ack.outcome is ResultAckOutcome.REFUSED
+    ping = CommandSent(canary.agent_id, "p" * 32, CommandKind.PING, {})
+    (ack,) = (await services.deliver(ping, CommandStatus.SUCCEEDED)).acks
+    assert ack.outcome is ResultAckOutcome.NOT_TRACKED
+    shown = await reads.get_rollout(services.rt, services.principal, rollout.id)
+    assert shown.counts[TargetStatus.FAILED] == 0 and shown.state == RolloutState.RUNNING
+
+
+async def test_silence_is_a_timeout_only_once_the_console_has_been_listening_for_the_grace(
+    services: InProcessConsole,
+):
+    """Broke: results sent while the Console was down were lost, and the sweep turned their
+    targets into timed_out the moment it came back; both rollouts aborted."""
+    from console.core.clock import utcnow
+    from console.services.rollouts.results import expire_overdue
+
+    await fleet(services, 20)
+    rollout = await create(services, wave_timeout_seconds=60)
+    await start(services, rollout.id)
+    await send(services, rollout.id, 0)
+    services.clock.advance(120)
+    back = utcnow()  # the Console (or its database) came back just now
+
+    def sweep(uow):
+        return expire_overdue(uow.session, listening_since=back, grace_seconds=30)
+
+    assert await services.run(sweep, write=True) == []
+    services.clock.advance(29)
+    assert await services.run(sweep, write=True) == []
+    services.clock.advance(2)
+    assert await services.run(sweep, write=True) == [rollout.id]
+
+
+async def test_a_late_result_replaces_timed_out_while_the_rollout_is_not_finished(
+    services: InProcessConsole,
+):
+    from console.services.rollouts.results import expire_overdue
+    from contracts.vocabulary import ResultAckOutcome
+
+    await fleet(services, 20)
+    rollout = await create(
+        services,
+        wave_timeout_seconds=60,
+        criteria=[CriterionSpec(failure_type="timed_out", threshold_count=5)],
+    )
+    await start(services, rollout.id)
+    await send(services, rollout.id, 0)
+    (canary,) = services.effects.commands
+    services.clock.advance(61)
+    await services.run(lambda uow: expire_overdue(uow.session), write=True)
+    late = await services.deliver(canary, CommandStatus.SUCCEEDED, new_version="0.9.0")
+    assert [a.outcome for a in late.acks] == [ResultAckOutcome.RECORDED]
+    shown = await reads.get_rollout(services.rt, services.principal, rollout.id)
+    assert shown.counts[TargetStatus.TIMED_OUT] == 0
+    assert shown.counts[TargetStatus.SUCCEEDED] == 1

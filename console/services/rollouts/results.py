@@ -1,11 +1,17 @@
 """Results: every self_update result is judged against the failure criteria the moment it is
 recorded, so the stall happens in the Console within one ingest batch of the crossing result;
-dispatched targets past their deadline become ``timed_out`` (a lost message is never re-sent)."""
+dispatched targets past their deadline become ``timed_out`` (a lost command is never re-sent).
+
+Results arrive at least once (the agent retries until acknowledged): recording is idempotent on
+the command id, and each result gets a :class:`~contracts.messages.ResultAck` the ingester
+sends after commit. The rules for late and repeated results, and for when silence counts as a
+timeout, are ``fleet_policy.deliveries``."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import update
@@ -13,18 +19,16 @@ from sqlmodel import Session, col, select
 
 from console.core.clock import utcnow
 from console.models import Rollout, RolloutTarget
-from console.services.rollouts.records import (
-    _OUTCOME_OF,
-    apply_event,
-    counts,
-    threshold_policy,
-)
-from contracts.messages import CommandResult, CommandStatus
-from contracts.vocabulary import TargetStatus
+from console.services.rollouts.records import _OUTCOME_OF, apply_event, counts, threshold_policy
+from contracts.messages import CommandKind, CommandResult, CommandStatus, ResultAck
+from contracts.vocabulary import ErrorReason, ResultAckOutcome, TargetStatus
 from fleet_policy import (
     ResultCounts,
+    ResultFate,
     RolloutState,
     evaluate_thresholds,
+    is_overdue,
+    result_fate,
 )
 
 log = logging.getLogger(__name__)
@@ -61,73 +65,133 @@ def judge(rollout: Rollout, current: ResultCounts, now: datetime) -> bool:
     return True
 
 
+@dataclass(frozen=True, slots=True)
+class RecordedResults:
+    """What one batch of results did: the rollouts it halted, and one acknowledgement per
+    result in the batch's order (sent to each agent once the batch has committed)."""
+
+    halted: list[str]
+    acks: list[ResultAck]
+
+
+_TRACKED = (CommandStatus.SUCCEEDED, CommandStatus.FAILED, CommandStatus.REJECTED)
+
+
+def _refused(result: CommandResult, message: str) -> ResultAck:
+    return ResultAck(
+        command_id=result.command_id,
+        outcome=ResultAckOutcome.REFUSED,
+        reason=ErrorReason.UNKNOWN_COMMAND,
+        message=message,
+    )
+
+
+def _apply(target: RolloutTarget, result: CommandResult, now: datetime) -> None:
+    target.status = {
+        CommandStatus.SUCCEEDED: TargetStatus.SUCCEEDED,
+        CommandStatus.FAILED: TargetStatus.FAILED,
+        CommandStatus.REJECTED: TargetStatus.REJECTED,
+    }[result.status].value
+    target.error = (result.error or "")[:2048] or None
+    target.failure_kind = (
+        None
+        if result.status is CommandStatus.SUCCEEDED or result.failure_kind is None
+        else result.failure_kind.value
+    )
+    target.new_version = result.detail.get("new_version") or target.new_version
+    target.finished_at = now
+
+
 def record_results(
     session: Session, results: Iterable[tuple[str, CommandResult]], now: datetime | None = None
-) -> list[str]:
-    """Store self_update results (agent id from the subject); judge after each. Returns the ids
-    of rollouts that stalled or aborted."""
+) -> RecordedResults:
+    """Store self_update results (agent id from the subject), idempotent on the command id
+    (``fleet_policy.deliveries``: a duplicate is acknowledged, never applied twice; a late
+    result replaces ``timed_out``); judge after each."""
     now = now or utcnow()
     halted: list[str] = []
-    running: dict[str, tuple[Rollout, ResultCounts]] = {}
+    acks: list[ResultAck] = []
+    running: dict[str, tuple[Rollout, ResultCounts | None]] = {}
     for agent_id, result in results:
-        if result.status not in (
-            CommandStatus.SUCCEEDED,
-            CommandStatus.FAILED,
-            CommandStatus.REJECTED,
-        ):
-            continue
-        target = session.exec(
-            select(RolloutTarget).where(RolloutTarget.command_id == result.command_id)
-        ).first()
-        if target is None or target.agent_id != agent_id:
-            continue
-        if TargetStatus(target.status).final:
-            continue  # a repeated result: already counted
-        target.status = {
-            CommandStatus.SUCCEEDED: TargetStatus.SUCCEEDED,
-            CommandStatus.FAILED: TargetStatus.FAILED,
-            CommandStatus.REJECTED: TargetStatus.REJECTED,
-        }[result.status].value
-        target.error = (result.error or "")[:2048] or None
-        target.failure_kind = (
-            None
-            if result.status is CommandStatus.SUCCEEDED or result.failure_kind is None
-            else result.failure_kind.value
-        )
-        target.new_version = result.detail.get("new_version") or target.new_version
-        target.finished_at = now
-        session.add(target)
-        if target.rollout_id not in running:
-            rollout = session.get(Rollout, target.rollout_id)
-            if rollout is None:
-                continue
-            session.flush()
-            running[target.rollout_id] = (rollout, counts(session, rollout.id))
-        else:
-            rollout, current = running[target.rollout_id]
-            outcome = _OUTCOME_OF[TargetStatus(target.status)]
-            running[target.rollout_id] = (rollout, current.record(outcome))
-        rollout, current = running[target.rollout_id]
-        if judge(rollout, current, now):
-            session.add(rollout)
-            halted.append(rollout.id)
-    return halted
+        ack = ResultAck(command_id=result.command_id, outcome=ResultAckOutcome.NOT_TRACKED)
+        if result.kind is CommandKind.SELF_UPDATE and result.status in _TRACKED:
+            ack = _record_one(session, agent_id, result, now, running, halted)
+        acks.append(ack)
+    return RecordedResults(halted=halted, acks=acks)
 
 
-def expire_overdue(session: Session, now: datetime | None = None) -> list[str]:
-    """Dispatched targets past their deadline become ``timed_out``; returns halted rollouts.
+def _record_one(
+    session: Session,
+    agent_id: str,
+    result: CommandResult,
+    now: datetime,
+    running: dict[str, tuple[Rollout, ResultCounts | None]],
+    halted: list[str],
+) -> ResultAck:
+    target = session.exec(
+        select(RolloutTarget).where(RolloutTarget.command_id == result.command_id)
+    ).first()
+    if target is None or target.agent_id != agent_id:
+        # The same words for both: a foreign command's existence is not the sender's business.
+        return _refused(result, f"no command {result.command_id} was sent to agent {agent_id}")
+    rollout, current = running.get(target.rollout_id) or (
+        session.get(Rollout, target.rollout_id),
+        None,
+    )
+    if rollout is None:
+        return _refused(result, f"the rollout of command {result.command_id} is gone")
+    fate = result_fate(TargetStatus(target.status), RolloutState(rollout.state))
+    if fate is ResultFate.NEVER_SENT:
+        return _refused(result, f"command {result.command_id} was never dispatched")
+    if fate is ResultFate.DUPLICATE:
+        return ResultAck(command_id=result.command_id, outcome=ResultAckOutcome.DUPLICATE)
+    late = target.status == TargetStatus.TIMED_OUT.value
+    _apply(target, result, now)
+    session.add(target)
+    if late:
+        log.info("late result of command %s replaces timed_out", result.command_id)
+    if current is None or late:
+        session.flush()
+        current = counts(session, rollout.id)  # counted from the rows, this one included
+    else:
+        current = current.record(_OUTCOME_OF[TargetStatus(target.status)])
+    running[rollout.id] = (rollout, current)
+    if judge(rollout, current, now):
+        session.add(rollout)
+        halted.append(rollout.id)
+    return ResultAck(command_id=result.command_id, outcome=ResultAckOutcome.RECORDED)
+
+
+def expire_overdue(
+    session: Session,
+    now: datetime | None = None,
+    *,
+    listening_since: datetime | None = None,
+    grace_seconds: float = 0.0,
+) -> list[str]:
+    """Dispatched targets past their deadline become ``timed_out`` once the Console has been
+    listening for ``grace_seconds`` (``fleet_policy.deliveries.is_overdue``); returns halted
+    rollouts. ``listening_since`` defaults to "always" (tests of the plain deadline).
 
     Each target moves with a conditional update (still ``dispatched``): a result recorded by
     another replica meanwhile is never overwritten, and a second sweep changes nothing."""
     now = now or utcnow()
-    overdue = session.exec(
-        select(RolloutTarget.id, RolloutTarget.rollout_id).where(
+    listening = listening_since or datetime.min.replace(tzinfo=now.tzinfo)
+    past = session.exec(
+        select(RolloutTarget.id, RolloutTarget.rollout_id, RolloutTarget.deadline_at).where(
             RolloutTarget.status == TargetStatus.DISPATCHED.value,
             col(RolloutTarget.deadline_at) < now,
         )
     ).all()
     touched: set[str] = set()
-    for target_id, rollout_id in overdue:
+    for target_id, rollout_id, deadline in past:
+        if deadline is None or not is_overdue(
+            deadline=deadline if deadline.tzinfo else deadline.replace(tzinfo=now.tzinfo),
+            now=now,
+            listening_since=listening,
+            grace_seconds=grace_seconds,
+        ):
+            continue
         moved = session.execute(
             update(RolloutTarget)
             .where(
