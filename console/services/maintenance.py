@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import text
 
@@ -41,6 +41,7 @@ __all__ = ["Maintenance", "replica_id"]
 log = logging.getLogger(__name__)
 
 STATISTICS_SECONDS = 3600.0
+_ALWAYS = datetime.min.replace(tzinfo=UTC)
 
 
 def replica_id() -> str:
@@ -53,9 +54,9 @@ class Maintenance:
     """One replica's share of the background work: call ``tick`` on every sweep."""
 
     rt: ServiceRuntime
-    listening_since: Callable[[], datetime | None] = field(default=utcnow)
+    listening_since: Callable[[], datetime | None] = field(default=lambda: _ALWAYS)
     """Since when this replica hears every result (None: not now): timeouts wait on it
-    (``fleet_policy.deliveries``)."""
+    (``fleet_policy.deliveries``). The runtime passes its own; the default is "always"."""
     holder: str = field(default_factory=replica_id)
     _last: dict[str, float] = field(default_factory=dict)
 
