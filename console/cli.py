@@ -58,10 +58,11 @@ def serve(
     import uvicorn
 
     from console.app import create_app
-    from console.core.logs import configure
+    from console.core.logs import OneLineStartupFailure, configure
 
     settings = _settings(host=host, port=port)
     configure(settings.log_level, settings.log_format)
+    logging.getLogger("uvicorn.error").addFilter(OneLineStartupFailure())
     if not settings.public_url:
         logging.getLogger("console").warning(
             "PROXIMA_PUBLIC_URL is not set: the onboarding wizard's backendUrl and hosted build "

