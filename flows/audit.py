@@ -74,7 +74,17 @@ def fleet_audit(
     ``check_kubernetes``: unset checks the DaemonSets whenever the worker can reach a cluster
     (the ``kubeconfig`` parameter, ``KUBECONFIG``, or in-cluster) and records a
     ``kubernetes_not_checked`` finding when it cannot; ``true`` fails without a cluster;
-    ``false`` skips the check (and says so in the findings)."""
+    ``false`` skips the check (and says so in the findings).
+
+    Args:
+        kubeconfig: A kubeconfig file for the DaemonSet check; unset: the worker's KUBECONFIG
+            or its in-cluster ServiceAccount.
+        namespace: Only this namespace's node-agent DaemonSets; unset: every namespace.
+        check_kubernetes: Unset: check whenever a cluster is reachable; true: a missing cluster
+            fails the run; false: skip the DaemonSet check.
+        stuck_window_minutes: How long an agent must have been refused (HTTP 409) to be
+            reported as stuck.
+    """
     log = get_run_logger()
     facts = gather_console_facts()
     daemonsets, not_checked = kubernetes_facts(check_kubernetes, kubeconfig, namespace)

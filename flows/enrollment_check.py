@@ -258,7 +258,15 @@ def enrollment_check(
 ) -> dict[str, Any]:
     """Wait for a cluster's collector to enroll, heartbeat and sync (the Console's onboarding
     gates, the same the wizard shows); with ``check_nodes``, count node agents against the
-    nodes the node-agent DaemonSet is scheduled on (every node where there is none)."""
+    nodes the node-agent DaemonSet is scheduled on (every node where there is none).
+
+    Args:
+        cluster_slug: The cluster's slug in the Console (clusterAgent.clusterSlug).
+        deadline_seconds: How long to wait for every gate before failing the run.
+        poll_seconds: How often the Console is asked.
+        kubeconfig: A kubeconfig for counting nodes (with check_nodes); unset: the worker's.
+        check_nodes: Also count node agents against the nodes the DaemonSet runs on.
+    """
     state = wait_for_enrollment(
         cluster_slug, deadline_seconds, poll_seconds, check_nodes, kubeconfig
     )

@@ -72,7 +72,15 @@ def identity_release(
 ) -> dict[str, object]:
     """Release identities (explicit ids, or a selection by type / name / flag). Dry-run by
     default: the Console answers what it would do, with the same rules and quiet window as a
-    real release, and changes nothing."""
+    real release, and changes nothing.
+
+    Args:
+        agent_ids: Agents to release, by id.
+        agent_type: Or a selection: agents of this type.
+        name_contains: Or a selection: agents whose name contains this text.
+        flag: Or a selection: agents showing this flag (e.g. stuck_in_409).
+        dry_run: True: only show what the Console would do; false: release.
+    """
     log = get_run_logger()
     ids = list(agent_ids or [])
     if agent_type or name_contains or flag:

@@ -227,7 +227,25 @@ def hostdatadir_migration(
     ``quiet_window_seconds``: by default the Console's own (``GET /api/v1/settings``, its
     PROXIMA_IDENTITY_QUIET_SECONDS); a shorter one only makes releases retry, since the Console
     decides every release itself. ``timeout_seconds``: give up on the nodes still waiting once
-    no node has finished for this long."""
+    no node has finished for this long.
+
+    Args:
+        new_host_data_dir: The node agent's new host data directory (nodeAgent.hostDataDir).
+        dry_run: True: the plan only; false: apply it.
+        release: The Helm release of the chart.
+        chart: The chart reference helm upgrades to (a repository name or a directory).
+        namespace: The release's namespace.
+        daemonset: The node-agent DaemonSet's name; unset: found by the release's labels.
+        helm_mode: helm (helm upgrade --reuse-values) or render-apply (helm template, then
+            the Kubernetes API).
+        helm_binary: The helm program to run.
+        values_files: The release's values files (render-apply only).
+        kubeconfig: A kubeconfig file; unset: the worker's KUBECONFIG or in-cluster.
+        kube_context: A context of that kubeconfig.
+        quiet_window_seconds: Unset: the Console's own quiet window.
+        timeout_seconds: Give up on nodes still waiting once none has finished this long.
+        poll_seconds: How often nodes and records are read while waiting.
+    """
     new_dir = posixpath.normpath(new_host_data_dir)
     if not new_dir.startswith("/"):
         raise ValueError(f"new_host_data_dir must be an absolute path, got {new_host_data_dir!r}")

@@ -129,7 +129,14 @@ def fleet_rollout(
     decision_timeout_seconds: int = 7 * 86400,
     decision_poll_seconds: int = 5,
 ) -> dict[str, object]:
-    """Roll one Console rollout out wave by wave; pause for a human when it stalls."""
+    """Roll one Console rollout out wave by wave; pause for a human when it stalls.
+
+    Args:
+        rollout_id: The Console's rollout id (``POST /api/v1/fleet/rollouts`` answers it).
+        poll_seconds: How often a running wave's progress is read from the Console.
+        decision_timeout_seconds: How long a stalled rollout waits for resume or abort.
+        decision_poll_seconds: How often the paused run checks for that decision.
+    """
     log = get_run_logger()
     flow_run_id = str(get_run_context().flow_run.id)  # type: ignore[union-attr]
     with ConsoleClient(FlowSettings()) as console:

@@ -57,6 +57,13 @@ def test_prefect_deploy_all_creates_every_deployment_with_enforced_schemas(prefe
         assert dep.enforce_parameter_schema is True, name
         assert dep.work_pool_name == "proxima-process", name
         assert dep.parameter_openapi_schema["properties"], name
+        # The UI's Custom run form shows each parameter's description (issue 16.16).
+        undescribed = [
+            key
+            for key, prop in dep.parameter_openapi_schema["properties"].items()
+            if not prop.get("description")
+        ]
+        assert undescribed == [], (name, undescribed)
     assert deployments["fleet-audit"].schedules, "the audit runs on a schedule"
     # The scheduled audit must not switch the DaemonSet data-directory check off (issue 16.6).
     assert deployments["fleet-audit"].parameters.get("check_kubernetes") is None
