@@ -6,7 +6,8 @@ call ``cluster_onboarding``:
 
 - **enrollment** — a ``k8s-cluster-collector`` enrolled with one of this cluster's install tokens
   (or reporting its slug);
-- **heartbeat** — one of those collectors has heartbeat over NATS (only the leader heartbeats);
+- **heartbeat** — one of those collectors has heartbeat over NATS (every replica heartbeats,
+  standbys with ``leader: false``; only the leader publishes inventory: docs/chart.md);
 - **inventory** — the cluster's ``first_inventory_at`` is set.
 
 A pending gate carries its likely causes and fixes: the seed's Common Issues rows, and what the
