@@ -56,6 +56,8 @@ def test_a_stalled_rollout_is_resumed_from_its_page(web_console, ui, tmp_path):
         view.goto("/rollouts")
         page.get_by_role("link", name="Start a rollout").click()
         page.fill("#r-name", "0.9.0 to hosts")
+        # No PROXIMA_PUBLIC_URL: the hosted build's URL is this page's loopback address.
+        expect(page.locator("#artifact-url-warning")).to_contain_text("PROXIMA_PUBLIC_URL")
         build = page.locator("#r-hosted option", has_text="0.9.0 · sha256")
         page.select_option("#r-hosted", build.get_attribute("value"))
         page.fill("#r-pct", "50, 100")

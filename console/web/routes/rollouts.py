@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 from pydantic import ValidationError
 
+from console.core.settings import public_url_warning
 from console.errors import ConsoleError, ForbiddenError, NotFoundError, UnauthorizedError
 from console.schemas import Scope
 from console.services import artifacts
@@ -120,6 +121,9 @@ async def _form_page(
         agent_types=[t.value for t in AgentType],
         failure_types=[f.value for f in FailureType],
         prefect=bool(runtime.settings.prefect_api_url),
+        url_warning=public_url_warning(
+            runtime.settings.public_url, runtime.backend_url(str(request.base_url))
+        ),
     )
 
 
