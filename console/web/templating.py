@@ -60,10 +60,18 @@ def duration(seconds: float | None, missing: str = "—") -> str:
     return f"{seconds / 86400:.0f} d"
 
 
-def ago(value: datetime | None, missing: str = "never") -> str:
+def ago(value: datetime | None, missing: str = "never", now: datetime | None = None) -> str:
+    """``just now``, ``4 s ago``, ``12 min ago``: whole units, never ``0.52 s ago``."""
     if value is None:
         return missing
-    return f"{duration((datetime.now(UTC) - value).total_seconds())} ago"
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    seconds = ((now or datetime.now(UTC)) - value).total_seconds()
+    if seconds < 1:
+        return "just now"
+    if seconds < 10:
+        return f"{seconds:.0f} s ago"
+    return f"{duration(seconds)} ago"
 
 
 class Templates:
