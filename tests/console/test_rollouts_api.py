@@ -113,7 +113,8 @@ def test_crossing_the_threshold_stalls_and_no_later_wave_receives_anything(conso
         )
     )
     aborted = _post(console, f"/{r['id']}/abort", json={"reason": "enough"}).json()
-    assert aborted["state"] == "aborted" and aborted["state_reason"] == "enough"
+    # The reason, and who gave it (the token's name): issue 16.14's "no actor recorded".
+    assert aborted["state"] == "aborted" and aborted["state_reason"] == "enough (by admin)"
     assert _post(console, f"/{r['id']}/resume").json()["reason"] == "illegal_transition"
 
 

@@ -122,10 +122,16 @@ def test_abort_and_refusals_on_the_rollout_page(web_console, ui):
         page.fill("#r-sha", "0" * 64)
         page.get_by_role("button", name="Create rollout").click()
         page.wait_for_url(re.compile(r"/rollouts/[0-9a-f]{32}$"))
-        page.get_by_role("button", name="Abort").click()
+        # No one-click abort: it asks for a reason, and records it with who gave it.
+        page.locator("#abort-confirm summary").click()
+        page.get_by_role("button", name="Abort this rollout").click()
+        assert page.locator("#abort-reason").evaluate("e => !e.validity.valid")  # required
+        page.fill("#abort-reason", "wrong build")
+        page.get_by_role("button", name="Abort this rollout").click()
         expect(page.locator(".flash-ok")).to_contain_text("is aborted")
         expect(page.locator("#rollout-live [data-live-final]")).to_have_count(1)
-        expect(page.get_by_role("button", name="Abort")).to_have_count(0)
+        expect(page.locator("#abort-confirm")).to_have_count(0)
+        expect(page.locator("#rollout-live")).to_contain_text("wrong build (by admin)")
         rollout_id = page.url.rsplit("/", 1)[1]
         with view.http() as http:
             r = http.post(f"/rollouts/{rollout_id}/resume", data={"csrf_token": view.csrf()})

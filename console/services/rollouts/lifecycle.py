@@ -8,6 +8,7 @@ from datetime import datetime
 from sqlmodel import Session
 
 from console.auth import Principal
+from console.core.audit_log import audit
 from console.core.clock import utcnow
 from console.errors import ConflictError
 from console.models import Rollout
@@ -72,9 +73,26 @@ async def transition(
         await check_drivers(rt, [rollout_id])
         run_state = await _paused_run(rt, principal, rollout_id, action)
 
+    if action in ("pause", "abort"):
+        # Who decided is part of the record: the state reason and the audit log carry the
+        # token's name (a flow's token for a flow, an operator's for a person).
+        said = reason or f"{'paused' if action == 'pause' else 'aborted'} by an operator"
+        reason = f"{said} (by {principal.name})"
+
     def work(uow: UnitOfWork) -> RolloutPublic:
         rollout = load_for(uow.session, rollout_id, principal, Scope.ROLLOUTS_WRITE)
+        before = rollout.state
         _apply(uow.session, rollout, action, reason, flow_run_id)
+        if rollout.state != before:
+            audit(
+                "rollout_state_changed",
+                rollout_id=rollout.id,
+                action=action,
+                state=str(rollout.state),
+                reason=reason,
+                token_id=principal.token_id,
+                token_name=principal.name,
+            )
         uow.session.add(rollout)
         uow.session.flush()
         flow_run = rollout.flow_run_id

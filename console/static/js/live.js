@@ -10,9 +10,17 @@
 
     function done() { return region.querySelector("[data-live-final]") !== null; }
 
+    // Someone is filling in a form inside the region (the abort confirmation): re-rendering
+    // would wipe what they typed, so wait until they are done.
+    function busy() {
+      var active = document.activeElement;
+      return region.querySelector("details[open]") !== null ||
+        (active !== null && region.contains(active) && active.matches("input, textarea, select"));
+    }
+
     function tick() {
       if (done()) { return; }
-      if (document.hidden) { timer = window.setTimeout(tick, interval); return; }
+      if (document.hidden || busy()) { timer = window.setTimeout(tick, interval); return; }
       fetch(url, { headers: { "X-Proxima-Fetch": "1" }, credentials: "same-origin", cache: "no-store" })
         .then(function (response) {
           if (response.status === 401) { window.location.reload(); return null; }

@@ -314,7 +314,10 @@ async def decide(
     if decision not in DECISIONS:
         raise NotFoundError(ErrorReason.NO_SUCH_DECISION, f"no rollout decision {decision!r}")
     viewer.require(Scope.ROLLOUTS_WRITE)
-    reason = form.get("reason") or None
+    reason = (form.get("reason") or "").strip() or None
+    if decision == "abort" and reason is None:
+        viewer.session.flash("error", "Give a reason to abort: it is recorded with the rollout.")
+        return RedirectResponse(f"/rollouts/{quote(rollout_id)}", status_code=303)
     try:
         if decision == "restart-driver":
             done = await drivers.restart_driver(runtime, viewer.principal, rollout_id)
