@@ -171,6 +171,11 @@ class ConsoleSettings(BaseSettings):
         "rollout deployment for each new rollout and resumes its paused flow run on "
         "resume/abort.",
     )
+    prefect_ui_url: str | None = Field(
+        default=None,
+        description="Prefect's web UI, for links to flow runs (e.g. http://127.0.0.1:4200). "
+        "Unset: PROXIMA_PREFECT_API_URL without its /api suffix.",
+    )
     rollout_deployment: str = Field(
         default="fleet-rollout/fleet-rollout",
         description="The Prefect deployment (flow-name/deployment-name) that runs rollouts.",
@@ -293,3 +298,15 @@ def public_url_warning(public_url: str | None, url: str) -> str | None:
         f"{url} comes from PROXIMA_PUBLIC_URL, and {where}.{advice} Set PROXIMA_PUBLIC_URL to "
         "the URL agents reach this Console at (e.g. https://console.example.com) and restart it."
     )
+
+
+def flow_run_link(settings: ConsoleSettings, flow_run_id: str | None) -> str | None:
+    """Where Prefect's UI shows a flow run, or None without a Prefect to point at."""
+    base = settings.prefect_ui_url or (
+        settings.prefect_api_url.rstrip("/").removesuffix("/api")
+        if settings.prefect_api_url
+        else None
+    )
+    if not base or not flow_run_id:
+        return None
+    return f"{base.rstrip('/')}/runs/flow-run/{flow_run_id}"

@@ -24,3 +24,14 @@ def test_an_unset_or_loopback_public_url_is_warned_about(public_url, url, says):
 def test_a_configured_public_url_is_not_warned_about():
     url = "https://console.example.com"
     assert public_url_warning(url, url) is None
+
+
+def test_a_flow_run_links_to_prefects_ui():
+    from console.core.settings import ConsoleSettings, flow_run_link
+
+    api = ConsoleSettings(prefect_api_url="http://127.0.0.1:4200/api")
+    assert flow_run_link(api, "abc") == "http://127.0.0.1:4200/runs/flow-run/abc"
+    ui = ConsoleSettings(prefect_api_url="http://p/api", prefect_ui_url="https://prefect.example/")
+    assert flow_run_link(ui, "abc") == "https://prefect.example/runs/flow-run/abc"
+    assert flow_run_link(ConsoleSettings(), "abc") is None
+    assert flow_run_link(api, None) is None

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 from pydantic import ValidationError
 
-from console.core.settings import public_url_warning
+from console.core.settings import flow_run_link, public_url_warning
 from console.errors import ConsoleError, ForbiddenError, NotFoundError, UnauthorizedError
 from console.schemas import Scope
 from console.services import artifacts
@@ -286,6 +286,7 @@ async def rollout_detail(
         flashes=viewer.session.take_flashes(),
         rollout=rollout,
         final=rollout.state in FINAL_STATES,
+        flow_run_url=flow_run_link(runtime.settings, rollout.flow_run_id),
     )
 
 
