@@ -93,8 +93,11 @@ def test_a_stalled_rollout_is_resumed_from_its_page(web_console, ui, tmp_path):
         for wave in (1, 2):
             api_post(f"/waves/{wave}/dispatch")
             expect(page.locator("ol.waves > li").nth(wave)).to_have_class(re.compile("wave-done"))
+        # The canary's wave finished with its only agent failed: not drawn as done.
+        expect(page.locator("ol.waves > li").nth(0)).to_have_class(re.compile("wave-failed"))
         api_post("/complete")
         expect(live.locator("#state-heading .badge")).to_have_text("succeeded")
+        expect(live.locator("#ended-with-failures")).to_have_text("with 1 agent not updated")
         expect(live.locator("[data-live-final]")).to_have_count(1)
         expect(live.locator(".counts").first).to_contain_text("succeeded 4")
         view.shot("rollout")
