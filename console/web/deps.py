@@ -22,6 +22,7 @@ from console.web.errors import SignInRequired
 from console.web.forms import Form, check_csrf, read_form
 from console.web.sessions import SESSION_COOKIE, SessionStore, WebSession
 from console.web.templating import Templates
+from contracts.vocabulary import ErrorReason
 
 __all__ = [
     "FormDep",
@@ -101,7 +102,8 @@ async def get_viewer(request: Request, runtime: RuntimeDep) -> Viewer:
 
     found = await runtime.units.run(work)
     if found is None:
-        raise SignInRequired(next_path(request))
+        # A cookie that names no live session: say why the user is asked again, not just ask.
+        raise SignInRequired(next_path(request), ErrorReason.SESSION_ENDED if cookie else None)
     session, identity = found
     if isinstance(identity, UnauthorizedError):
         await web.store.drop(session)

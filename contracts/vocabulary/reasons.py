@@ -116,6 +116,9 @@ class ErrorReason(StrEnum):
     NO_SUCH_DECISION = "no_such_decision"
     # --- the web pages (error pages, sign-in redirects) --------------------------- 400/401/403/415
     SIGNED_OUT = "signed_out"
+    SESSION_ENDED = "session_ended"
+    """The browser's session cookie names no live session: idle too long, past its lifetime,
+    ended by newer sign-ins of the same token, or signed out in another tab."""
     CSRF_FAILED = "csrf_failed"
     UNSUPPORTED_FORM = "unsupported_form"
     MALFORMED_FORM = "malformed_form"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 from sqlmodel import Session, col, select
 
 from console.core.db import make_engine
@@ -63,6 +64,12 @@ def test_a_flood_of_sign_ins_by_one_tenant_never_signs_out_another_tenants_user(
 
     assert page_status(console.url, victim) == 200, "the other tenant's user is still signed in"
     assert page_status(console.url, first) == 303, "the attacker's own oldest session went"
+    # ... and the sign-in page says why, not just "sign in" (issue 16.14).
+    ended = httpx.get(
+        console.url + "/clusters", cookies={"proxima_session": first}, follow_redirects=True
+    )
+    assert "reason=session_ended" in str(ended.url)
+    assert "newer sign-ins with the same API token ended it" in ended.text
     rows = session_rows(console)
     assert len(rows) == PER_TOKEN + 1, "the attacker holds at most the bound"
     assert victim not in {r.id for r in rows}, "rows are named by the cookie's hash"

@@ -24,6 +24,9 @@ router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
 _REASONS: dict[str, str] = {
     ErrorReason.SIGNED_OUT: "You signed out.",
+    ErrorReason.SESSION_ENDED: "Your session ended: it was idle too long or reached its "
+    "lifetime, newer sign-ins with the same API token ended it, or it was signed out in another "
+    "tab. Sign in again.",
     ErrorReason.TOKEN_REVOKED: "The API token this session used has been revoked: sign in with "
     "another.",
     ErrorReason.TOKEN_EXPIRED: "The API token this session used has expired: sign in with another.",
