@@ -171,6 +171,17 @@ class ConsoleSettings(BaseSettings):
         "rollout deployment for each new rollout and resumes its paused flow run on "
         "resume/abort.",
     )
+    chart_ref: str = Field(
+        default="proxima/proxima-agent",
+        description="What the onboarding wizard's helm commands install: <repo>/<chart> after "
+        "`helm repo add`, an oci:// reference, or the chart's directory "
+        "(./chart/proxima-agent) where no repository is published.",
+    )
+    chart_repo_url: str = Field(
+        default="https://gitlab.prxm.uz/api/v4/projects/271/packages/helm/stable",
+        description="The Helm repository the wizard's `helm repo add` and Argo CD Application "
+        "name (the chart page's GitLab Package Registry by default).",
+    )
     prefect_ui_url: str | None = Field(
         default=None,
         description="Prefect's web UI, for links to flow runs (e.g. http://127.0.0.1:4200). "

@@ -68,6 +68,11 @@ class InstallPlan:
     host_data_dir: str | None
     chart_version: str
     sync_interval: str = CHART_DEFAULT_SYNC_INTERVAL
+    chart: str = CHART
+    """What ``helm upgrade --install`` installs: ``<repo>/<chart>``, an ``oci://`` reference or
+    a chart directory (the Console's ``PROXIMA_CHART_REF``)."""
+    repo_url: str = CHART_REPO_URL
+    """The Helm repository Argo CD pulls from (``PROXIMA_CHART_REPO_URL``)."""
 
     def set_values(self) -> list[tuple[str, str]]:
         values = [
@@ -84,7 +89,7 @@ class InstallPlan:
 
     def helm_command(self) -> str:
         lines = [
-            f"helm upgrade --install {RELEASE} {CHART}",
+            f"helm upgrade --install {RELEASE} {self.chart}",
             f"--namespace {NAMESPACE}",
             "--create-namespace",
             *(helm_set(k, v) for k, v in self.set_values()),
@@ -129,7 +134,7 @@ class InstallPlan:
     def values_command(self) -> str:
         return _continued(
             [
-                f"helm upgrade --install {RELEASE} {CHART}",
+                f"helm upgrade --install {RELEASE} {self.chart}",
                 f"--namespace {NAMESPACE}",
                 f"-f {VALUES_FILE}",
             ]
@@ -146,7 +151,7 @@ class InstallPlan:
             "spec:\n"
             "  project: default\n"
             "  source:\n"
-            f"    repoURL: {CHART_REPO_URL}\n"
+            f"    repoURL: {self.repo_url}\n"
             f"    chart: {RELEASE}\n"
             f"    targetRevision: {self.chart_version}"
             "          # pin to a published chart version\n"

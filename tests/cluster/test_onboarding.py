@@ -72,11 +72,14 @@ def control_plane_node(kube_cluster: KubeCluster) -> Iterator[str]:
 def wizard_console(
     console_factory: Any, prefect_api_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> ConsoleProcess:
+    # No repository is published here: the Console points its commands at the chart's
+    # directory (PROXIMA_CHART_REF), so the page's commands run verbatim.
     console: ConsoleProcess = console_factory(
-        name="wizard-console", env={"PROXIMA_PREFECT_API_URL": prefect_api_url}
+        name="wizard-console",
+        env={"PROXIMA_PREFECT_API_URL": prefect_api_url, "PROXIMA_CHART_REF": str(CHART)},
     )
     monkeypatch.setenv("PROXIMA_CONSOLE_URL", console.url)
-    monkeypatch.setenv("PROXIMA_CONSOLE_TOKEN", console.token)
+    monkeypatch.setenv("PROXIMA_CONSOLE_TOKEN", console.worker_token())
     return console
 
 
@@ -111,16 +114,17 @@ def words(command: str) -> list[str]:
 
 
 def from_chart_directory(command: str, values_file: Path | None = None) -> list[str]:
-    """The page's ``helm upgrade --install`` as argv for the real helm, the chart taken from
-    its directory (and ``-f`` from where the operator saved the page's values file)."""
+    """The page's ``helm upgrade --install`` as argv for the real helm, verbatim: the page
+    names the chart's directory (``PROXIMA_CHART_REF``); only ``-f`` is where the operator
+    saved the page's values file."""
     argv = words(command)
-    assert argv[:5] == ["helm", "upgrade", "--install", RELEASE, "proxima/proxima-agent"], argv
+    assert argv[:5] == ["helm", "upgrade", "--install", RELEASE, str(CHART)], argv
     rest = argv[5:]
     if values_file is not None:
         at = rest.index("-f") + 1
         assert rest[at] == VALUES_FILE, rest
         rest[at] = str(values_file)
-    return [*argv[1:4], str(CHART), *rest]
+    return [*argv[1:5], *rest]
 
 
 def run_the_page(cli: ClusterCli, page: str, variant: str, tmp_path: Path) -> str:

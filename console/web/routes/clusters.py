@@ -221,6 +221,8 @@ async def onboarding_page(
         host_data_dir=HOST_AGENT_DATA_DIR if host_agent else None,
         chart_version=VERSION,
         sync_interval=sync,
+        chart=runtime.settings.chart_ref,
+        repo_url=runtime.settings.chart_repo_url,
     )
     return get_web(request).templates.render(
         request,
@@ -236,6 +238,9 @@ async def onboarding_page(
         host_agent=host_agent,
         host_agent_dir=HOST_AGENT_DATA_DIR,
         url_warning=public_url_warning(runtime.settings.public_url, plan.backend_url),
+        chart_is_repo="/" in plan.chart
+        and not plan.chart.startswith((".", "/", "oci://"))
+        and plan.chart.split("/")[0] == "proxima",
     )
 
 
