@@ -20,6 +20,8 @@ class Bootstrapped:
     token_id: str
     token: str
     scopes: list[str]
+    existed: bool = False
+    """The client and environment were there already: this minted one more admin token."""
 
 
 def bootstrap(
@@ -36,6 +38,7 @@ def bootstrap(
             Environment.client_id == client.id, Environment.name == environment_name
         )
     ).first()
+    existed = env is not None
     if env is None:
         env = Environment(client_id=client.id, name=environment_name)
         session.add(env)
@@ -59,4 +62,5 @@ def bootstrap(
         token_id=token.id,
         token=raw,
         scopes=list(ALL_SCOPES),
+        existed=existed,
     )

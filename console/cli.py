@@ -120,6 +120,13 @@ def bootstrap(
     except Exception as exc:
         _fail(f"bootstrap failed: {exc}")
         return
+    if result.existed:
+        print(
+            f"proxima-console: warning: {result.client_name} / {result.environment_name} existed "
+            "already: this minted one more admin token; the earlier ones stay valid (list them: "
+            "GET /api/v1/api-tokens; revoke: POST /api/v1/api-tokens/<id>/revoke)",
+            file=sys.stderr,
+        )
     if as_json:
         print(json.dumps(dataclasses.asdict(result)))
         return
