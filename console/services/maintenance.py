@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from sqlalchemy import text
 
 from console.core.clock import utcnow
+from console.errors import ServiceUnavailableError
 from console.services.leases import acquire
 from console.services.rate_limits import delete_spent
 from console.services.rollouts.drivers import check_drivers
@@ -128,5 +129,7 @@ class Maintenance:
                 continue
             try:
                 await job()
+            except ServiceUnavailableError:
+                pass  # the database is down: logged once per outage by ``units.database``
             except Exception:
                 log.exception("background job %s failed; it runs again next time", name)
