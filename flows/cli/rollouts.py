@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from rich.console import Group
 from rich.live import Live
 
-from contracts.rollouts import RolloutCreate, RolloutPublic
+from contracts.rollouts import CriterionSpec, RolloutCreate, RolloutPublic
 from contracts.vocabulary import ErrorReason
 from contracts.vocabulary.rollouts import FailureType, ThresholdAction
 from fleet_policy import TERMINAL_STATES
@@ -52,6 +52,17 @@ def list_rollouts(
     stdout.print(table(f"{len(rollouts)} rollouts", columns, rows))
 
 
+def _criterion_text(criterion: CriterionSpec) -> str:
+    """e.g. ``any failures >= 10% (after 1 results): stall``."""
+    limits = [f"{criterion.threshold_count}"] if criterion.threshold_count else []
+    if criterion.threshold_percent:
+        limits.append(f"{criterion.threshold_percent:g}%")
+    return (
+        f"{criterion.failure_type} failures >= {' or '.join(limits)} "
+        f"(after {criterion.min_executed} results): {criterion.action}"
+    )
+
+
 def render(rollout: RolloutPublic) -> Group:
     """One rollout for people: its state, waves, exclusions and (when read) its targets."""
     summary = fields(
@@ -63,7 +74,7 @@ def render(rollout: RolloutPublic) -> Group:
             ("version", rollout.target_version),
             ("artifact", rollout.artifact.url),
             ("targets", _counts(rollout)),
-            ("criteria", [c.model_dump(exclude_none=True) for c in rollout.criteria]),
+            ("criteria", "; ".join(_criterion_text(c) for c in rollout.criteria)),
             ("tripped", rollout.threshold),
             ("created", rollout.created_at),
             ("started", rollout.started_at),
