@@ -15,6 +15,7 @@ from contracts.views import (
     AgentView,
     ClusterWarningView,
     ConsoleSettingsView,
+    CredentialRotation,
     OnboardingStatus,
     ReleaseDecision,
 )
@@ -106,10 +107,8 @@ class ReleaseAnswer(AgentView, ReleaseDecision):
     ``dry_run``). A refusal is a 409 error body with its ``reason``, dry run or not."""
 
 
-class RotationResult(BaseModel):
-    agent_id: str
-    public_key: str
-    rotated_at: datetime
+class RotationResult(CredentialRotation):
+    """``POST /api/v1/fleet/agents/{id}/rotate-credentials`` (``contracts.views`` reads it)."""
 
 
 class Whoami(BaseModel):

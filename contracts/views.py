@@ -106,6 +106,14 @@ class AgentDetailView(AgentView):
     last_metrics: dict[str, Any] | None
 
 
+class CredentialRotation(_View):
+    """``POST /api/v1/fleet/agents/{id}/rotate-credentials``: the key the agent now holds."""
+
+    agent_id: str
+    public_key: str
+    rotated_at: datetime
+
+
 # --- clusters ---------------------------------------------------------------------------------
 
 

@@ -16,13 +16,14 @@ from pydantic import TypeAdapter
 
 from contracts.audit import AuditRunCreate, AuditRunPublic
 from contracts.enrollment import ErrorBody
-from contracts.rollouts import DispatchResult, RolloutCreate, RolloutPublic
+from contracts.rollouts import ArtifactRef, DispatchResult, RolloutCreate, RolloutPublic
 from contracts.views import (
     AgentDetailView,
     AgentPage,
     AgentView,
     ClusterView,
     ConsoleSettingsView,
+    CredentialRotation,
     OnboardingStatus,
     ReleaseDecision,
 )
@@ -46,6 +47,7 @@ _PUBLISHED_NAMES = {
 
 _CLUSTERS = TypeAdapter(list[ClusterView])
 _ROLLOUTS = TypeAdapter(list[RolloutPublic])
+_ARTIFACTS = TypeAdapter(list[ArtifactRef])
 
 
 class ConsoleApiError(RuntimeError):
@@ -199,6 +201,18 @@ class ConsoleClient:
         outcome = ReleaseOutcome.WOULD_RELEASE if dry_run else ReleaseOutcome.RELEASED
         return ReleaseDecision(agent_id=record.id, outcome=outcome, dry_run=dry_run)
 
+    def revoke(self, agent_id: str) -> AgentView:
+        """Revoke the identity: the Console cuts its connection and never re-binds it."""
+        return AgentView.model_validate(
+            self._call("POST", f"/api/v1/fleet/agents/{agent_id}/revoke")
+        )
+
+    def rotate_credentials(self, agent_id: str) -> CredentialRotation:
+        """Ask the online agent for a new key and wait until it lands (504 when it does not)."""
+        return CredentialRotation.model_validate(
+            self._call("POST", f"/api/v1/fleet/agents/{agent_id}/rotate-credentials")
+        )
+
     def settings(self) -> ConsoleSettingsView:
         """The Console's windows (quiet window, stale timeout, …): read here, never copied."""
         body = self._call("GET", "/api/v1/settings")
@@ -206,6 +220,23 @@ class ConsoleClient:
             # A Console that publishes its own setting names (PublishedSettings).
             body = {view: body[name] for view, name in _PUBLISHED_NAMES.items() if name in body}
         return ConsoleSettingsView.model_validate(body)
+
+    # builds -------------------------------------------------------------------------------
+    def artifacts(self) -> list[ArtifactRef]:
+        """The builds this Console hosts, newest first."""
+        return _ARTIFACTS.validate_python(self._call("GET", "/api/v1/artifacts"))
+
+    def upload_artifact(self, version: str, signature: str, content: bytes) -> ArtifactRef:
+        """Host a signed build (the same build again answers the artifact already there)."""
+        return ArtifactRef.model_validate(
+            self._call(
+                "PUT",
+                f"/api/v1/artifacts/{version}",
+                params={"signature": signature},
+                content=content,
+                headers={"content-type": "application/octet-stream"},
+            )
+        )
 
     # clusters -------------------------------------------------------------------------------
     def clusters(self) -> list[ClusterView]:
@@ -225,3 +256,7 @@ class ConsoleClient:
         return AuditRunPublic.model_validate(
             self._call("POST", "/api/v1/audit/runs", json=body.model_dump(mode="json"))
         )
+
+    def latest_audit(self) -> AuditRunPublic:
+        """The newest fleet-audit run with its findings (404 ``no_audit`` before the first)."""
+        return AuditRunPublic.model_validate(self._call("GET", "/api/v1/audit/runs/latest"))

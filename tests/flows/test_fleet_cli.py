@@ -1,0 +1,206 @@
+"""``proxima-fleet`` against a real Console: the CLI runs in a subprocess, as an operator's
+shell runs it, with PROXIMA_CONSOLE_URL / PROXIMA_CONSOLE_TOKEN in its environment."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testkit.console import ConsoleProcess, Identity
+from testkit.rollouts import ARTIFACT
+from testkit.swarm import Swarm
+from testkit.waiting import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fleet(console: ConsoleProcess | None, *args: str, url: str | None = None):
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "COLUMNS": "250",
+        "PROXIMA_CONSOLE_URL": url or (console.url if console else ""),
+        "PROXIMA_CONSOLE_TOKEN": console.token if console else "",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+def ok(console: ConsoleProcess, *args: str) -> str:
+    r = fleet(console, *args)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.fixture
+def swarm(console):
+    s = Swarm(console, 3, prefix="cli").start()
+    wait_for(lambda: {a["status"] for a in _agents(console)} == {"online"}, what="swarm online")
+    yield s
+    s.stop()
+
+
+def _agents(console):
+    with console.client() as c:
+        return c.get("/api/v1/fleet/agents", params={"limit": 1000}).json()["items"]
+
+
+def test_agents_list_show_json_and_filters(console, swarm):
+    listed = json.loads(ok(console, "agents", "list", "--json"))
+    assert sorted(a["name"] for a in listed) == ["cli-00000", "cli-00001", "cli-00002"]
+    assert {a["status"] for a in listed} == {"online"}
+
+    table = ok(console, "agents", "list", "--status", "online", "--name", "cli-00001")
+    assert "1 agents" in table and "cli-00001" in table and "cli-00000" not in table
+    assert ok(console, "agents", "list", "--status", "offline", "--json").strip() == "[]"
+
+    agent = next(a for a in listed if a["name"] == "cli-00002")
+    detail = json.loads(ok(console, "agents", "show", agent["id"], "--json"))
+    assert (detail["id"], detail["name"]) == (agent["id"], "cli-00002")
+    assert "history" in detail and "evidence" in detail
+    shown = ok(console, "agents", "show", agent["id"])
+    assert "agent cli-00002" in shown and agent["id"] in shown and "history" in shown
+
+
+def test_release_dry_run_answers_and_changes_nothing(console):
+    identity = Identity("quiet-host")
+    r = identity.enroll(console, console.install_token())
+    assert r.status_code in (200, 201), r.text
+    agent_id = r.json()["agent_id"]
+
+    # Enrolled just now: seen within the quiet window, so release is refused (exit 1).
+    refused = fleet(console, "agents", "release", agent_id, "--dry-run")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("proxima-fleet: error: agent_recently_seen: ")
+
+    # Past the quiet window the dry run says it would release, and changes nothing.
+    def would() -> dict | None:
+        r = fleet(console, "agents", "release", agent_id, "--dry-run", "--json")
+        return json.loads(r.stdout) if r.returncode == 0 else None
+
+    decision = wait_for(would, timeout=30, interval=0.5, what="quiet window over")
+    assert (decision["outcome"], decision["dry_run"]) == ("would_release", True)
+    assert console.agent(agent_id)["released_at"] is None
+    assert "dry run: nothing changed" in ok(console, "agents", "release", agent_id, "--dry-run")
+
+
+def test_rollouts_create_list_show_watch_and_abort(console, swarm):
+    created = json.loads(
+        ok(
+            console,
+            "rollouts",
+            "create",
+            "--json",
+            "--name",
+            "cli-rollout",
+            "--version",
+            ARTIFACT["version"],
+            "--url",
+            ARTIFACT["url"],
+            "--sha256",
+            ARTIFACT["sha256"],
+            "--signature",
+            ARTIFACT["signature"],
+            "--canary-size",
+            "1",
+            "--waves",
+            "50,100",
+            "--threshold-count",
+            "2",
+            "--action",
+            "abort",
+            "--no-start-flow",
+        )
+    )
+    rid = created["id"]
+    assert created["state"] == "pending" and created["target_version"] == "0.9.0"
+    assert sum(w["size"] for w in created["waves"]) == 3
+    assert created["criteria"][0]["threshold_count"] == 2
+    assert created["criteria"][0]["action"] == "abort"
+
+    assert [r["id"] for r in json.loads(ok(console, "rollouts", "list", "--json"))] == [rid]
+    assert rid in ok(console, "rollouts", "list") and "cli-rollout" in ok(
+        console, "rollouts", "list"
+    )
+    shown = json.loads(ok(console, "rollouts", "show", rid, "--json"))
+    assert shown["id"] == rid and len(shown["targets"]) == 3
+    table = ok(console, "rollouts", "show", rid)
+    assert "waves" in table and "any failures >= 2 (after 1 results): abort" in table
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "250"}
+    env |= {"PROXIMA_CONSOLE_URL": console.url, "PROXIMA_CONSOLE_TOKEN": console.token}
+    watcher = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flows.cli",
+            "rollouts",
+            "show",
+            rid,
+            "--watch",
+            "--interval",
+            "0.2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        aborted = ok(console, "rollouts", "abort", rid, "--reason", "wrong build")
+        assert f"rollout {rid} (cli-rollout): aborted" in aborted
+        out, err = watcher.communicate(timeout=60)  # the live view ends once the rollout is final
+    finally:
+        watcher.kill()
+    assert watcher.returncode == 0, err
+    assert "aborted" in out and "wrong build" in out
+
+    again = fleet(console, "rollouts", "pause", rid)
+    assert again.returncode == 1
+    assert again.stderr.startswith("proxima-fleet: error: ")
+    assert len(again.stderr.strip().splitlines()) == 1
+
+
+def test_builds_list_upload_refusal_and_error_lines(console, tmp_path):
+    assert ok(console, "builds", "list", "--json").strip() == "[]"
+    assert "0 builds" in ok(console, "builds", "list")
+
+    junk = tmp_path / "agent.pyz"
+    junk.write_bytes(b"not a build")
+    refused = fleet(console, "builds", "upload", str(junk), "--version", "0.9.0",
+                    "--signature", "s" * 86)  # fmt: skip
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("proxima-fleet: error: ")
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+    missing = fleet(console, "agents", "show", "no-such-agent")
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("proxima-fleet: error: agent_not_found: ")
+
+    no_audit = fleet(console, "audit", "show")
+    assert no_audit.returncode == 1
+    assert no_audit.stderr.startswith("proxima-fleet: error: no_audit: ")
+
+    no_version = fleet(console, "rollouts", "create", "--version", "7.7.7")
+    assert no_version.returncode == 1
+    assert "hosts no build of 7.7.7" in no_version.stderr
+
+
+def test_an_unreachable_console_is_one_line_naming_the_url():
+    url = "http://127.0.0.1:9"  # discard port: nothing listens
+    r = fleet(None, "rollouts", "list", url=url)
+    assert r.returncode == 1
+    line = r.stderr.strip()
+    assert len(line.splitlines()) == 1
+    assert line.startswith("proxima-fleet: error: connection refused: ")
+    assert url in line and "PROXIMA_CONSOLE_URL" in line
