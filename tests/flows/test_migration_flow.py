@@ -5,6 +5,7 @@ processes as host agents and DaemonSet pods on five fake nodes."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +74,9 @@ def _all_online(console, keys) -> bool:
     return all(key in records and records[key]["status"] == "online" for key in keys)
 
 
-async def _artifacts(*keys: str) -> dict[str, list[Any]]:
-    """The artifacts under each key, oldest first (the harness's server is shared)."""
+async def _artifacts(*keys: str, since: datetime) -> dict[str, list[Any]]:
+    """The artifacts under each key created since ``since``, oldest first: the harness's server
+    is shared by the whole session (tests/cluster runs the same flow with the same keys)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
     from prefect.client.schemas.sorting import ArtifactSort
@@ -87,7 +89,8 @@ async def _artifacts(*keys: str) -> dict[str, list[Any]]:
         )
     by_key: dict[str, list[Any]] = {key: [] for key in keys}
     for artifact in reversed(found):
-        by_key[artifact.key].append(artifact)
+        if artifact.created is not None and artifact.created >= since:
+            by_key[artifact.key].append(artifact)
     return by_key
 
 
@@ -95,6 +98,7 @@ async def test_a_5_node_cluster_mixing_all_three_classes_moves_with_every_node_o
     migration_console, tmp_path: Path
 ):
     console = migration_console
+    started = datetime.now(UTC)
     helm = helm_binary()
     token = console.install_token()
     nodes = {
@@ -212,6 +216,7 @@ async def test_a_5_node_cluster_mixing_all_three_classes_moves_with_every_node_o
             "hostdatadir-migration-plan",
             "hostdatadir-migration-progress",
             "hostdatadir-migration-verify",
+            since=started,
         )
         plans = artifacts["hostdatadir-migration-plan"]
         assert [a.description.split(":")[0] for a in plans] == ["Dry run", "Apply"]
