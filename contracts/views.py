@@ -12,6 +12,8 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.bounds import Identifier
+from contracts.enrollment import PublicKey
 from contracts.inventory import InventoryProblem
 from contracts.vocabulary.agents import AgentFlag, AgentStatus, AgentType
 from contracts.vocabulary.identities import ReleaseOutcome
@@ -109,8 +111,8 @@ class AgentDetailView(AgentView):
 class CredentialRotation(_View):
     """``POST /api/v1/fleet/agents/{id}/rotate-credentials``: the key the agent now holds."""
 
-    agent_id: str
-    public_key: str
+    agent_id: Identifier
+    public_key: PublicKey
     rotated_at: datetime
 
 
