@@ -37,6 +37,15 @@ class NatsServer:
     def config_path(self) -> Path:
         return self.workdir / "nats.conf"
 
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "nats.log"
+
+    def _reloads(self) -> int:
+        if not self.log_path.exists():
+            return 0
+        return self.log_path.read_text(errors="replace").count("Reloaded server configuration")
+
     def _write_config(self) -> None:
         users = [f'{{user: "{self.TEST_USER}", password: "{self.TEST_PASSWORD}"}}']
         for public, agent_id in self.agents.items():
@@ -49,6 +58,7 @@ class NatsServer:
         text = (
             f"listen: 127.0.0.1:{self.port}\n"
             f"ports_file_dir: {json.dumps(str(self.workdir))}\n"
+            f"log_file: {json.dumps(str(self.log_path))}\n"
             "authorization {\n  users = [\n    " + "\n    ".join(users) + "\n  ]\n}\n"
         )
         self.config_path.write_text(text)
@@ -83,10 +93,15 @@ class NatsServer:
         return "ours" if ports.exists() else None
 
     def reload(self) -> None:
-        """Apply the users now in ``agents``: the server cuts connections of removed keys."""
+        """Apply the users now in ``agents``: the server cuts connections of removed keys.
+
+        Returns once the server has applied it (its log says so): SIGHUP is asynchronous, and a
+        connection made before the reload lands can be cut by it."""
         self._write_config()
         assert self.process is not None
+        before = self._reloads()
         self.process.send_signal(signal.SIGHUP)
+        wait_for(lambda: self._reloads() > before, 10, "nats-server to apply its reloaded config")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
