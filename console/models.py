@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
-from sqlalchemy import JSON, BigInteger, Column, Index, LargeBinary, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, Index, LargeBinary, Table, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from console.core.clock import utcnow
@@ -14,6 +14,12 @@ from contracts.vocabulary.rollouts import (
     RolloutState,
     TargetStatus,
 )
+
+
+def table_of(model: type[SQLModel]) -> Table:
+    """A table model's Core ``Table`` (for the hot paths that write with Core statements)."""
+    table: Table = model.__table__  # type: ignore[attr-defined]
+    return table
 
 
 def new_id() -> str:

@@ -13,7 +13,7 @@ from console.runtime import ConsoleRuntime
 from console.services import access
 
 
-def get_runtime(request: Request) -> ConsoleRuntime:
+async def get_runtime(request: Request) -> ConsoleRuntime:
     runtime: ConsoleRuntime = request.app.state.runtime
     return runtime
 

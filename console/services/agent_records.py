@@ -4,13 +4,15 @@ evidence, history events, retiring a NATS key, and whether an agent is online.""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
+from sqlalchemy import Insert, insert
 from sqlmodel import Session, select
 
 from console.auth import Principal
 from console.core.secrets import evidence_hash
 from console.errors import NotFoundError
-from console.models import Agent, AgentEvent, AgentEvidence, NatsRevocation
+from console.models import Agent, AgentEvent, AgentEvidence, NatsRevocation, table_of
 from contracts.enrollment import IdentitySignals
 from contracts.vocabulary import AgentStatus, ErrorReason
 from fleet_policy import identities
@@ -68,25 +70,26 @@ def record_evidence(
             for e in session.exec(select(AgentEvidence).where(AgentEvidence.agent_id == agent_id))
         }
     )
-    added = 0
+    new: list[dict[str, Any]] = []
     for kind, value in signals.present().items():
         h = evidence_hash(kind, value)
         if (kind, h) in existing:
             existing[(kind, h)].last_seen_at = now
             session.add(existing[(kind, h)])
         else:
-            session.add(
-                AgentEvidence(
-                    agent_id=agent_id,
-                    kind=kind,
-                    value_hash=h,
-                    source=source,
-                    first_seen_at=now,
-                    last_seen_at=now,
-                )
+            new.append(
+                {
+                    "agent_id": agent_id,
+                    "kind": kind,
+                    "value_hash": h,
+                    "source": source,
+                    "first_seen_at": now,
+                    "last_seen_at": now,
+                }
             )
-            added += 1
-    return added
+    if new:
+        append_rows(session, _INSERT_EVIDENCE, new)
+    return len(new)
 
 
 def revoke_key(
@@ -108,5 +111,24 @@ def seen_at(agent: Agent) -> datetime:
     return agent.last_seen_at or agent.enrolled_at
 
 
+# History and new evidence are only ever appended: they are written with Core INSERTs (built once
+# here), not ORM objects — building a SQLModel table object and flushing it costs several times
+# the INSERT itself, and enrollment writes both on every call (docs/performance.md).
+_INSERT_EVENT: Insert = insert(table_of(AgentEvent))
+_INSERT_EVIDENCE: Insert = insert(table_of(AgentEvidence))
+
+
+def append_rows(session: Session, statement: Insert, rows: list[dict[str, Any]]) -> None:
+    """Execute a Core INSERT in the session's transaction, after the records this session has
+    made but not yet flushed (the rows may point at them)."""
+    if session.new:
+        session.flush()
+    session.execute(statement, rows)
+
+
 def add_event(session: Session, agent_id: str, kind: str, message: str, **detail: object) -> None:
-    session.add(AgentEvent(agent_id=agent_id, kind=kind, message=message, detail=dict(detail)))
+    append_rows(
+        session,
+        _INSERT_EVENT,
+        [{"agent_id": agent_id, "kind": kind, "message": message, "detail": dict(detail)}],
+    )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from prometheus_client import Histogram
+from sqlalchemy import Insert, Update, bindparam, insert, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -30,8 +31,14 @@ from console.errors import (
     ForbiddenError,
     UnauthorizedError,
 )
-from console.models import Agent, AgentEvidence, InstallToken, NatsRevocation
-from console.services.agent_records import add_event, record_evidence, revoke_key, seen_at
+from console.models import Agent, AgentEvidence, InstallToken, NatsRevocation, new_id, table_of
+from console.services.agent_records import (
+    add_event,
+    append_rows,
+    record_evidence,
+    revoke_key,
+    seen_at,
+)
 from console.services.rebinding import cancel_in_flight, rebound_refusal
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.agent_types import AgentType
@@ -67,19 +74,69 @@ ENROLL_APPLY_SECONDS = Histogram(
 
 
 @dataclass(frozen=True, slots=True)
+class EnrolledRecord:
+    """What the answer to an enrollment names of the record."""
+
+    id: str
+    agent_type: str
+    name: str
+    client_id: str
+    environment_id: str
+    nats_public_key: str | None
+
+    @classmethod
+    def of(cls, agent: Agent) -> EnrolledRecord:
+        return cls(
+            agent.id,
+            agent.agent_type,
+            agent.name,
+            agent.client_id,
+            agent.environment_id,
+            agent.nats_public_key,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class EnrollOutcome:
-    agent: Agent
+    agent: EnrolledRecord
     created: bool
     rebound: bool
     revoked_key: bool = False
 
 
+# Every enrollment runs these under the writer lock: they are built once, with bound parameters
+# (building a statement costs more than SQLite running it; docs/performance.md).
+_TOKEN_BY_HASH = select(InstallToken).where(InstallToken.token_hash == bindparam("token_hash"))
+_NAME_HOLDER = (
+    select(Agent)
+    .where(
+        Agent.environment_id == bindparam("environment_id"),
+        Agent.agent_type == bindparam("agent_type"),
+        Agent.name == bindparam("name"),
+    )
+    .with_for_update()
+)
+_EVIDENCE_OF = select(AgentEvidence).where(AgentEvidence.agent_id == bindparam("agent_id"))
+_KEY_TAKEN = select(
+    select(NatsRevocation.public_key)
+    .where(NatsRevocation.public_key == bindparam("public_key"))
+    .scalar_subquery(),
+    select(Agent.id).where(col(Agent.nats_public_key) == bindparam("public_key")).scalar_subquery(),
+)
+# A use counted in SQL (``uses + 1``): two enrollments with one token never count one use.
+_TOKENS = table_of(InstallToken)
+_COUNT_USE: Update = (
+    update(_TOKENS)
+    .where(_TOKENS.c.id == bindparam("token_id"))
+    .values(uses=_TOKENS.c.uses + 1, last_used_at=bindparam("now"))
+)
+_INSERT_AGENT: Insert = insert(table_of(Agent))
+
+
 def _check_install_token(
     session: Session, raw: str, now: datetime, *, count_uses: bool = True
 ) -> InstallToken:
-    token = session.exec(
-        select(InstallToken).where(InstallToken.token_hash == token_hash(raw))
-    ).first()
+    token = session.exec(_TOKEN_BY_HASH, params={"token_hash": token_hash(raw)}).first()
     if token is None:
         raise UnauthorizedError(ErrorReason.INVALID_INSTALL_TOKEN, "install token is not valid")
     if token.revoked_at is not None:
@@ -121,7 +178,7 @@ def _check_signature(req: EnrollRequest, now: datetime, skew_seconds: float) -> 
 
 def _held(session: Session, agent: Agent, now: datetime) -> HeldRecord:
     """The record holding the name, as the identity rules see it."""
-    rows = session.exec(select(AgentEvidence).where(AgentEvidence.agent_id == agent.id)).all()
+    rows = session.exec(_EVIDENCE_OF, params={"agent_id": agent.id}).all()
     return HeldRecord(
         agent_id=AgentId(agent.id),
         public_key=agent.nats_public_key,
@@ -144,14 +201,7 @@ def _check_key_free(session: Session, req: EnrollRequest, existing: Agent | None
     """Keys are unique across all records, and a key once taken away never comes back: not
     under another name, not in another environment or tenant."""
     # One round trip, no entities loaded: this runs on every enrollment, under the writer lock.
-    retired, holder_id = session.execute(
-        select(
-            select(NatsRevocation.public_key)
-            .where(NatsRevocation.public_key == req.public_key)
-            .scalar_subquery(),
-            select(Agent.id).where(col(Agent.nats_public_key) == req.public_key).scalar_subquery(),
-        )
-    ).one()
+    retired, holder_id = session.execute(_KEY_TAKEN, {"public_key": req.public_key}).one()
     if retired is not None:
         raise ConflictError(
             ErrorReason.PUBLIC_KEY_RETIRED,
@@ -214,13 +264,12 @@ def enroll(
     # Uses are checked once we know this is not a re-delivery (below).
     token = _check_install_token(session, req.install_token, now, count_uses=False)
     existing = session.exec(
-        select(Agent)
-        .where(
-            Agent.environment_id == token.environment_id,
-            Agent.agent_type == req.agent_type.value,
-            Agent.name == req.name,
-        )
-        .with_for_update()
+        _NAME_HOLDER,
+        params={
+            "environment_id": token.environment_id,
+            "agent_type": req.agent_type.value,
+            "name": req.name,
+        },
     ).first()
 
     held = None if existing is None else _held(session, existing, now)
@@ -236,7 +285,7 @@ def enroll(
         # The same key again (its holder proved it): a re-delivery of an enrollment whose
         # answer, or whose state file, was lost — the same record, no token use counted.
         assert existing is not None
-        return EnrollOutcome(agent=existing, created=False, rebound=False)
+        return EnrollOutcome(agent=EnrolledRecord.of(existing), created=False, rebound=False)
     _check_uses(token)
     if decision.action in (EnrollmentAction.CREATE, EnrollmentAction.REBIND):
         _check_key_free(session, req, existing)
@@ -245,10 +294,7 @@ def enroll(
         conflict = _refusal(decision.refusal, existing, held, quiet_seconds, claim)
         _record_conflict(session, existing, conflict, now)
         raise conflict
-    # A use of the token, written in the same flush as the record (one flush, not two).
-    token.uses += 1
-    token.last_used_at = now
-    session.add(token)
+    session.execute(_COUNT_USE, {"token_id": token.id, "now": now})
     if decision.action is EnrollmentAction.CREATE:
         return _create(session, req, token, now)
     assert existing is not None and decision.how is not None
@@ -258,24 +304,47 @@ def enroll(
 def _create(
     session: Session, req: EnrollRequest, token: InstallToken, now: datetime
 ) -> EnrollOutcome:
-    agent = Agent(
-        client_id=token.client_id,
-        environment_id=token.environment_id,
+    """A new record, its evidence and its first history event: Core INSERTs (no ORM objects:
+    this runs on every enrollment, under the writer lock)."""
+    record = EnrolledRecord(
+        id=new_id(),
         agent_type=req.agent_type.value,
         name=req.name,
+        client_id=token.client_id,
+        environment_id=token.environment_id,
         nats_public_key=req.public_key,
-        version=req.version,
-        instance_id=req.instance_id,
-        can_self_update=req.can_self_update,
-        labels=dict(req.labels),
-        install_token_id=token.id,
-        enrolled_at=now,
-        last_seen_at=now,
     )
-    session.add(agent)
+    try:
+        append_rows(
+            session,
+            _INSERT_AGENT,
+            [
+                {
+                    "id": record.id,
+                    "client_id": record.client_id,
+                    "environment_id": record.environment_id,
+                    "agent_type": record.agent_type,
+                    "name": record.name,
+                    "nats_public_key": record.nats_public_key,
+                    "version": req.version,
+                    "instance_id": req.instance_id,
+                    "can_self_update": req.can_self_update,
+                    "labels": dict(req.labels),
+                    "install_token_id": token.id,
+                    "enrolled_at": now,
+                    "last_seen_at": now,
+                }
+            ],
+        )
+    except IntegrityError as exc:
+        session.rollback()
+        raise ConflictError(
+            ErrorReason.NAME_IN_USE,
+            f"{req.agent_type.value} {req.name!r} was enrolled by another request just now",
+        ) from exc
     record_evidence(
         session,
-        agent_id=agent.id,
+        agent_id=record.id,
         signals=req.signals,
         source="enrollment",
         now=now,
@@ -283,21 +352,13 @@ def _create(
     )
     add_event(
         session,
-        agent.id,
+        record.id,
         "enrolled",
         f"enrolled as {req.agent_type.value} {req.name!r}",
         version=req.version,
         signals=sorted(req.signals.present()),
     )
-    try:
-        session.flush()  # the record, its evidence and event, the token's use: one flush
-    except IntegrityError as exc:
-        session.rollback()
-        raise ConflictError(
-            ErrorReason.NAME_IN_USE,
-            f"{req.agent_type.value} {req.name!r} was enrolled by another request just now",
-        ) from exc
-    return EnrollOutcome(agent=agent, created=True, rebound=False)
+    return EnrollOutcome(agent=record, created=True, rebound=False)
 
 
 def _rebind(
@@ -346,7 +407,10 @@ def _rebind(
         **ended,
     )
     return EnrollOutcome(
-        agent=existing, created=False, rebound=True, revoked_key=replaced is not None
+        agent=EnrolledRecord.of(existing),
+        created=False,
+        rebound=True,
+        revoked_key=replaced is not None,
     )
 
 

@@ -14,7 +14,7 @@ from sqlalchemy import bindparam, update
 from sqlmodel import Session
 
 from console.core.clock import utcnow
-from console.models import Agent, AgentEvent, NatsRevocation
+from console.models import Agent, AgentEvent, NatsRevocation, table_of
 from contracts.messages import Heartbeat, HostMetrics
 
 
@@ -90,7 +90,7 @@ def record_heartbeats(
 
 
 def _update_heartbeats(session: Session, latest: dict[str, Heartbeat], now: datetime) -> None:
-    table = Agent.__table__  # type: ignore[attr-defined]
+    table = table_of(Agent)
     if not latest:
         return
     rows = [
@@ -135,7 +135,7 @@ def _update_heartbeats(session: Session, latest: dict[str, Heartbeat], now: date
 
 
 def _update_metrics(session: Session, metrics: dict[str, HostMetrics]) -> None:
-    table = Agent.__table__  # type: ignore[attr-defined]
+    table = table_of(Agent)
     if not metrics:
         return
     session.connection().execute(

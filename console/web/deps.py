@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 
-def get_runtime(request: Request) -> ConsoleRuntime:
+async def get_runtime(request: Request) -> ConsoleRuntime:
     runtime: ConsoleRuntime = request.app.state.runtime
     return runtime
 
