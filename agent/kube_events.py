@@ -41,11 +41,13 @@ from agent.problems import ProblemLog
 if TYPE_CHECKING:
     from agent.settings import AgentSettings
 
-__all__ = ["EventReason", "EventsConfig", "PodEvents", "events_config"]
+__all__ = ["EVENT_PERMISSIONS", "EventReason", "EventsConfig", "PodEvents", "events_config"]
 
 log = logging.getLogger(__name__)
 
 COMPONENT = "proxima-agent"
+# (apiGroup, resource, verb) of every call below; the chart's events Role grants exactly these.
+EVENT_PERMISSIONS = frozenset({("", "events", "create"), ("", "events", "patch")})
 _MESSAGE_LIMIT = 1024  # events.k8s.io's bound on a note; kept for core events too
 _RBAC_FIX = (
     "the agent's ServiceAccount needs create and patch on events in its namespace "

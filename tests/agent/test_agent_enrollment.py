@@ -319,7 +319,8 @@ async def test_nothing_is_sent_while_the_key_cannot_be_kept(tmp_path: Path) -> N
         Enroller(cfg, backend, StateStore(tmp_path), readiness, backoff=FAST).enroll()
     )
     await await_for(
-        lambda: "data directory not writable" in (readiness.connection_reason() or ""), what="the problem"
+        lambda: "data directory not writable" in (readiness.connection_reason() or ""),
+        what="the problem",
     )
     assert console.requests == []
     blocker.rmdir()

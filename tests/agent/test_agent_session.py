@@ -110,7 +110,8 @@ async def test_reconnects_after_a_nats_restart_without_losing_identity(
         await await_for(lambda: ready(runtime), what="agent ready")
         nats_server.stop()
         await await_for(
-            lambda: (runtime.readiness.connection_reason() or "").startswith("nats "), what="not ready"
+            lambda: (runtime.readiness.connection_reason() or "").startswith("nats "),
+            what="not ready",
         )
         nats_server.start()
         await await_for(lambda: ready(runtime), what="ready after restart")
