@@ -293,7 +293,7 @@ class Enroller:
                     "Warning",
                     EventReason.ENROLLMENT_REFUSED,
                     f"enrollment refused: {error.status} {error.reason}: "
-                    f"{error.detail or 'no detail'}{agent}; {_advice(error)}; the agent keeps "
+                    f"{error.detail or 'no detail'}; {_advice(error)}; the agent keeps "
                     f"retrying (next in {format_duration(round(step, 3))}) and stays Ready",
                     f"refused {error.status} {error.reason}",
                 )
