@@ -2,7 +2,9 @@
 
 Every failure is retried with backoff: a 409 may clear when the Console re-binds or an operator
 releases the old record, a 401 when the token Secret is fixed, a refused connection when the
-network is. The agent stays not-ready meanwhile and says why, once per backoff step.
+network is. Meanwhile the agent stays Ready (``/readyz`` means running and working) and says
+why: in its log once per backoff step, on ``/connectedz``, and, for a refusal in a pod, in a
+``Warning`` Event ``EnrollmentRefused`` on the pod (``agent/kube_events.py``).
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from pathlib import Path
 from pydantic import SecretStr, ValidationError
 
 from agent.backend import BackendClient, EnrollAnswer
-from agent.backoff import Backoff, RetryLog, honour_retry_after
+from agent.backoff import RETRY_AFTER_CAP, Backoff, RetryLog, honour_retry_after
 from agent.credentials import new_seed, public_key, sign
 from agent.errors import AgentError, BackendAnswerError, BackendError
 from agent.files import write_atomic
 from agent.health import Readiness
+from agent.kube_events import EventReason, PodEvents
 from agent.signals import read_signals
 from agent.state import AgentState, StateStore
 from contracts.agent_types import AgentType
@@ -175,8 +178,10 @@ class Enroller:
         backoff: Backoff,
         retry_log: RetryLog | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        events: PodEvents | None = None,
     ) -> None:
         self.config = config
+        self.events = events
         self.backend = backend
         self.store = store
         self.readiness = readiness
@@ -232,25 +237,40 @@ class Enroller:
             cfg.backend_url,
             ", ".join(sorted(signals.present())) or "none",
         )
+        # Liveness: a round at least every backoff step (or Retry-After), plus the request.
+        watch = self.readiness.watch(
+            "enrollment", 3 * max(self.backoff.maximum, RETRY_AFTER_CAP) + 60
+        )
         attempt = 0
-        while True:
-            self.attempts += 1
-            try:
-                self._seed = self._seed or self.key.load_or_create()
-                answer = await self.backend.enroll(self._request(signals))
-                state = self._persist(answer)
-            except (
-                BackendError,
-                InstallTokenError,
-                EnrollmentRequestError,
-                EnrollmentKeyError,
-                StateWriteError,
-            ) as e:
-                await self._wait_after(e, attempt)
-                attempt += 1
-                continue
-            self.key.discard()
-            return state
+        try:
+            while True:
+                watch.beat()
+                self.attempts += 1
+                try:
+                    self._seed = self._seed or self.key.load_or_create()
+                    answer = await self.backend.enroll(self._request(signals))
+                    state = self._persist(answer)
+                except (
+                    BackendError,
+                    InstallTokenError,
+                    EnrollmentRequestError,
+                    EnrollmentKeyError,
+                    StateWriteError,
+                ) as e:
+                    await self._wait_after(e, attempt)
+                    attempt += 1
+                    continue
+                self.key.discard()
+                await self._event(
+                    "Normal", EventReason.ENROLLED, self._enrolled_text(answer), "enrolled"
+                )
+                return state
+        finally:
+            self.readiness.unwatch("enrollment")
+
+    async def _event(self, type_: str, reason: EventReason, message: str, key: str) -> None:
+        if self.events is not None:
+            await self.events.record(type_, reason, message, key)
 
     async def _wait_after(self, error: Exception, attempt: int) -> None:
         """Back off; when the Console said how long (``Retry-After`` on a 429 or 503), wait at
@@ -268,6 +288,14 @@ class Enroller:
                     agent,
                     _advice(error),
                     format_duration(round(step, 3)),
+                )
+                await self._event(
+                    "Warning",
+                    EventReason.ENROLLMENT_REFUSED,
+                    f"enrollment refused: {error.status} {error.reason}: "
+                    f"{error.detail or 'no detail'}; {_advice(error)}; the agent keeps "
+                    f"retrying (next in {format_duration(round(step, 3))}) and stays Ready",
+                    f"refused {error.status} {error.reason}",
                 )
             else:
                 log.warning(
@@ -297,20 +325,13 @@ class Enroller:
         except OSError as e:
             raise StateWriteError(self.store.path, e) from None
         self.readiness.mark_enrolled()
-        if response.rebound:
-            log.info(
-                "enrolled: re-bound to existing agent %s (%s %r) in environment %s",
-                response.agent_id,
-                response.agent_type,
-                response.name,
-                response.environment_id,
-            )
-        else:
-            log.info(
-                "enrolled as agent %s (%s %r) in environment %s",
-                response.agent_id,
-                response.agent_type,
-                response.name,
-                response.environment_id,
-            )
+        log.info("%s", self._enrolled_text(answer))
         return state
+
+    @staticmethod
+    def _enrolled_text(answer: EnrollAnswer) -> str:
+        r = answer.response
+        what = f"{r.agent_id} ({r.agent_type} {r.name!r}) in environment {r.environment_id}"
+        if r.rebound:
+            return f"enrolled: re-bound to existing agent {what}"
+        return f"enrolled as agent {what}"

@@ -62,11 +62,18 @@ class Ticker:
 
 
 async def run_periodically(
-    session: NatsSession, ticker: Ticker, send: Callable[[], Awaitable[bool]], what: str
+    session: NatsSession,
+    ticker: Ticker,
+    send: Callable[[], Awaitable[bool]],
+    what: str,
+    beat: Callable[[], None] | None = None,
 ) -> None:
+    """``send`` every tick; ``beat`` (a liveness watch) every round, connected or not."""
     session.on_connected(ticker.kick)
     while True:
         await ticker.wait()
+        if beat is not None:
+            beat()
         try:
             sent = await send()
         except Exception:
@@ -95,10 +102,12 @@ def build_heartbeat(agent_id: str, info: HeartbeatInfo) -> Heartbeat:
     return Heartbeat(**values)
 
 
-async def heartbeat_loop(session: NatsSession, info: HeartbeatInfo) -> None:
+async def heartbeat_loop(
+    session: NatsSession, info: HeartbeatInfo, beat: Callable[[], None] | None = None
+) -> None:
     async def send() -> bool:
         agent_id = session.agent_id
         beat = build_heartbeat(agent_id, info)
         return await session.publish(subjects.heartbeat(agent_id), beat.model_dump_json().encode())
 
-    await run_periodically(session, Ticker(info.heartbeat_interval), send, "heartbeat")
+    await run_periodically(session, Ticker(info.heartbeat_interval), send, "heartbeat", beat)

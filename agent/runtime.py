@@ -42,6 +42,7 @@ from agent.files import ensure_private_dir
 from agent.health import HealthServer, Readiness
 from agent.heartbeat import HeartbeatInfo, heartbeat_loop
 from agent.host_metrics import use_host_procfs
+from agent.kube_events import PodEvents, events_config
 from agent.selfupdate.feature import SelfUpdateFeature
 from agent.selfupdate.handover import ExecRequest
 from agent.session import NatsSession, ReconnectPolicy
@@ -79,7 +80,7 @@ class AgentRuntime:
     ) -> None:
         self.settings = settings
         self.instance_id = instance_id or uuid.uuid4().hex
-        self.readiness = Readiness()
+        self.readiness = Readiness(settings.data_dir)
         self.store = StateStore(settings.data_dir)
         self.health: HealthServer | None = None
         self.session: NatsSession | None = None
@@ -172,6 +173,7 @@ class AgentRuntime:
     # -- run ------------------------------------------------------------------------------
 
     def stop(self) -> None:
+        self.readiness.stopping = True
         self._stop.set()
 
     def request_exec(self, request: ExecRequest) -> None:
@@ -271,7 +273,15 @@ class AgentRuntime:
             host_sys=s.host_sys,
             labels=s.labels,
         )
-        enroller = Enroller(config, backend, self.store, self.readiness, backoff=backoff)
+        pod = events_config(s)
+        enroller = Enroller(
+            config,
+            backend,
+            self.store,
+            self.readiness,
+            backoff=backoff,
+            events=PodEvents(pod) if pod is not None else None,
+        )
         state = await enroller.enroll()
         # Not needed again unless credentials rotate: free the HTTP client meanwhile.
         await backend.aclose()
@@ -360,11 +370,13 @@ class AgentRuntime:
         self.dispatcher = self._dispatcher(session)
         collectors = self._collectors(s, state)
         info = self._heartbeat_info(state, collectors)
+        # Liveness: the heartbeat loop comes round every interval, connected or not.
+        watch = self.readiness.watch("heartbeat", 3 * s.heartbeat_interval + 60)
         tasks = [
             asyncio.create_task(session.run(), name="nats-session"),
             asyncio.create_task(self.dispatcher.run(), name="commands"),
             asyncio.create_task(self.dispatcher.delivery.run(), name="results"),
-            asyncio.create_task(heartbeat_loop(session, info), name="heartbeat"),
+            asyncio.create_task(heartbeat_loop(session, info, watch.beat), name="heartbeat"),
         ]
         for collector in collectors:
             tasks.append(

@@ -176,12 +176,17 @@ class AgentSettings(BaseSettings):
     exclude_namespaces: Names = ()
     lease_name: str = "proxima-agent-cluster-agent"
     pod_namespace: str | None = None
+    # The agent's own pod (downward API), for Kubernetes Events on it (agent/kube_events.py).
+    pod_name: str | None = None
+    pod_uid: str | None = None
     replicas: int = Field(default=1, ge=1)
     lease_duration: Duration = 15.0
     lease_renew_deadline: Duration = 10.0
     lease_retry_period: Duration = Field(default=2.0, validate_default=True)
 
-    @field_validator("cluster_name", "pod_namespace", "kubelet_url", mode="before")
+    @field_validator(
+        "cluster_name", "pod_namespace", "pod_name", "pod_uid", "kubelet_url", mode="before"
+    )
     @classmethod
     def _blank_is_unset(cls, value: Any) -> Any:
         if isinstance(value, str) and not value.strip():

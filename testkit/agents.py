@@ -259,10 +259,18 @@ class AgentProcess:
         return http_get(self.health_port(), path)
 
     def readyz(self) -> tuple[int, str]:
+        """The pod's readiness: running and working (not "enrolled")."""
         return self.get("/readyz")
 
+    def connectedz(self) -> tuple[int, str]:
+        """Enrolled and connected to NATS, or 503 with why not."""
+        return self.get("/connectedz")
+
     def wait_ready(self, timeout: float = 30) -> None:
-        wait_for(lambda: self.readyz()[0] == 200, timeout, f"{self.name} ready")
+        """Until enrolled and connected (``/connectedz``), what tests mean by "ready"."""
+        wait_for(
+            lambda: self.connectedz()[0] == 200, timeout, f"{self.name} enrolled and connected"
+        )
 
     # -- its state file -------------------------------------------------------------------------
 

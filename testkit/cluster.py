@@ -41,6 +41,9 @@ if TYPE_CHECKING:  # cryptography is imported only when a cluster starts
     from testkit.cluster_pki import ClusterPki, Pair
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+# A pod carrying this annotation is left alone by kwok's "pod-ready" stage: its status (Running,
+# Ready from its probes) is reported by testkit.kubelet.KubeletDouble, as a kubelet would.
+PROBED_ANNOTATION = "proxima.test/kubelet-double"
 SERVICE_CIDR = "10.96.0.0/16"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 CLIENTS = {
@@ -263,12 +266,27 @@ class KubeCluster:
     def _kwok_args(self) -> list[str]:
         return [
             f"--kubeconfig={self.workdir / 'kwok.kubeconfig'}",
-            f"--config={self.binaries['kwok-stages']}",
+            f"--config={self._stages()}",
             f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
             "--node-lease-duration-seconds=40",
             f"--server-address=127.0.0.1:{free_port()}",
             "--node-ip=127.0.0.2",
         ]
+
+    def _stages(self) -> Path:
+        """kwok's stage file, its "pod-ready" stage skipping pods with :data:`PROBED_ANNOTATION`."""
+        stages = list(yaml.safe_load_all(Path(self.binaries["kwok-stages"]).read_text()))
+        for stage in stages:
+            if stage and stage["metadata"]["name"] == "pod-ready":
+                stage["spec"]["selector"]["matchExpressions"].append(
+                    {
+                        "key": f'.metadata.annotations["{PROBED_ANNOTATION}"]',
+                        "operator": "DoesNotExist",
+                    }
+                )
+        path = self.workdir / "kwok-stages.yaml"
+        path.write_text(yaml.safe_dump_all(stages, sort_keys=False))
+        return path
 
     def _create_nodes(self) -> None:
         import kubernetes.client as k8s

@@ -25,11 +25,17 @@ that exits is restarted with the kubelet's back-off (10 s doubling to 5 min: res
 Always). Events of each node are handled in order on that node's own thread (the old pod stops
 before the node's next pod starts); nodes run side by side.
 
+Probes and pod status: a pod annotated ``proxima.test/kubelet-double``
+(:data:`testkit.cluster.PROBED_ANNOTATION`) is left alone by kwok's "pod-ready" stage, and the
+double reports its status as the kubelet would: ``Running``, ``Ready`` from the container's
+``readinessProbe`` run against the agent's health server, a failing ``livenessProbe`` restarts
+the agent (``testkit/probes.py``). Such a rollout is paced by the agent's readiness. Other pods'
+status is kwok's: Ready at once, whatever the agent does.
+
 What it does not do (so what the lane does not prove): no container image, no mount or network
 namespace (the agent runs from this tree; its health server listens on a free loopback port, not
-the pod's ``healthPort``; ``readOnly`` is not enforced; symlinks stand in for mounts); no probes,
-and pod status is kwok's, so readiness does not wait for the agent and a rollout is not paced by
-it; no resource limits, no eviction, no image pulls.
+the pod's ``healthPort``, and probes go there; ``readOnly`` is not enforced; symlinks stand in
+for mounts); no resource limits, no eviction, no image pulls.
 """
 
 from __future__ import annotations
@@ -44,8 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from testkit.agents import AgentProcess
-from testkit.cluster import KubeCluster
+from testkit.cluster import PROBED_ANNOTATION, KubeCluster
 from testkit.pods import FakeHost, PodSandbox, PodStartError
+from testkit.probes import ProbedContainer
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +83,8 @@ class RunningPod:
     agent: AgentProcess
     restarts: int = 0
     next_restart: float | None = None
+    probed: ProbedContainer | None = None
+    """Set when this double reports the pod's status (:data:`PROBED_ANNOTATION`)."""
 
 
 @dataclass
@@ -165,6 +174,26 @@ class KubeletDouble:
     def pod_events(self) -> list[PodEvent]:
         with self._lock:
             return list(self.events)
+
+    def readiness_changes(self) -> dict[str, list[tuple[float, bool]]]:
+        """Each probed pod's readiness as reported, ``(monotonic time, ready)`` per change."""
+        with self._lock:
+            return {
+                p.name: list(p.probed.history)
+                for node in self.nodes.values()
+                for p in node.pods.values()
+                if p.probed is not None
+            }
+
+    def probes_run(self) -> dict[str, int]:
+        """Readiness probes run so far, by pod name (pods whose status this double reports)."""
+        with self._lock:
+            return {
+                p.name: p.probed.readiness.count
+                for node in self.nodes.values()
+                for p in node.pods.values()
+                if p.probed is not None and p.probed.readiness is not None
+            }
 
     # -- the watch --------------------------------------------------------------------------
 
@@ -259,6 +288,7 @@ class KubeletDouble:
                 else:
                     self._stop_pod(node, pod["metadata"]["uid"])
             self._restart_exited(node)
+            self._probe(node)
 
     def _ensure_running(self, node: _Node, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -275,6 +305,9 @@ class KubeletDouble:
             log.warning("kubelet double: %s/%s cannot start: %s", node.host.name, meta["name"], exc)
             return
         running = RunningPod(meta["uid"], meta["name"], meta["namespace"], agent.start())
+        if PROBED_ANNOTATION in (meta.get("annotations") or {}):
+            running.probed = ProbedContainer.of(containers[0])
+            running.probed.started(time.monotonic())
         with self._lock:
             node.pods[meta["uid"]] = running
             self.started.append(f"{meta['namespace']}/{meta['name']}")
@@ -297,6 +330,42 @@ class KubeletDouble:
                 running.restarts += 1
                 running.next_restart = None
                 running.agent.start()
+                if running.probed is not None:
+                    running.probed.restarts = running.restarts
+                    running.probed.started(now)
+
+    def _probe(self, node: _Node) -> None:
+        """The kubelet's probes for the pods whose status this double reports."""
+        now = time.monotonic()
+        for running in list(node.pods.values()):
+            probed = running.probed
+            if probed is None:
+                continue
+            changed, restart = probed.step(running.agent, now)
+            if restart:  # liveness failed its threshold: restart the container
+                log.warning("kubelet double: %s failed liveness: restarting", running.name)
+                running.agent.stop()
+                running.restarts += 1
+                probed.restarts = running.restarts
+                running.agent.start()
+                probed.started(now)
+                changed = True
+            if changed:
+                self._report(node, running)
+
+    def _report(self, node: _Node, running: RunningPod) -> None:
+        import kubernetes.client as k8s
+        from kubernetes.client.exceptions import ApiException
+
+        assert running.probed is not None
+        body = running.probed.status("127.0.0.2", running.agent.alive)  # kwok's --node-ip
+        try:
+            core: Any = k8s.CoreV1Api(self._api)
+            core.patch_namespaced_pod_status(running.name, running.namespace, body)
+            running.probed.reported = True
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("kubelet double: status of %s: %s", running.name, exc)
 
 
 # -- helpers ------------------------------------------------------------------------------

@@ -76,4 +76,4 @@ async def send_command(client: Any, agent_id: str, kind: str, command_id: str, *
 
 
 def ready(runtime: AgentRuntime) -> bool:
-    return runtime.readiness.reason() is None
+    return runtime.readiness.connection_reason() is None

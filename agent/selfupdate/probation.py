@@ -323,7 +323,7 @@ async def watch(
     started = time.monotonic()
     while True:
         verdict = probation.verdict(
-            healthy=readiness.reason() is None, elapsed=time.monotonic() - started
+            healthy=readiness.connection_reason() is None, elapsed=time.monotonic() - started
         )
         if verdict is Verdict.PASSED:
             await _conclude(marker, None, dispatcher, markers, files)

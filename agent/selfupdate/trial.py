@@ -2,10 +2,11 @@
 
 Both sides live here. The old build starts the installed program as a child with
 :data:`TRIAL_ENV` set (:func:`run_trial`) and waits for its ``/readyz`` to answer 200 within the
-health timeout, relaying the child's log to its own. The child (:class:`TrialChild`) loads the
-identity, serves health on a port of its own (written to :data:`TRIAL_PORT_FILE`) and connects to
-NATS, and does nothing else: no heartbeats, no commands; it stops with the trial's time, or as
-soon as the agent that started it is gone.
+health timeout (a trial child's ``/readyz`` means enrolled and connected to NATS, as every
+build's did before ``/readyz`` came to mean "working"), relaying the child's log to its own. The
+child (:class:`TrialChild`) loads the identity, serves health on a port of its own (written to
+:data:`TRIAL_PORT_FILE`) and connects to NATS, and does nothing else: no heartbeats, no
+commands; it stops with the trial's time, or as soon as the agent that started it is gone.
 """
 
 from __future__ import annotations
@@ -198,7 +199,15 @@ class TrialChild:
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                     loop.add_signal_handler(sig, self._on_signal, sig)
         self.readiness.mark_enrolled()
-        health = HealthServer(self.readiness, "127.0.0.1", 0, s.data_dir, port_file=TRIAL_PORT_FILE)
+        # /readyz means enrolled and connected here, whichever build polls it (docs: health).
+        health = HealthServer(
+            self.readiness,
+            "127.0.0.1",
+            0,
+            s.data_dir,
+            port_file=TRIAL_PORT_FILE,
+            strict_ready=True,
+        )
         await health.start()
         policy = ReconnectPolicy(wait=0.2, max_wait=1.0, jitter=s.nats_reconnect_jitter)
         session = NatsSession(

@@ -145,7 +145,7 @@ async def test_409_keeps_retrying_not_ready_without_flooding_then_enrolls(
     readiness_holder: list[Readiness] = []
 
     def reply(body: dict[str, Any]) -> HttpResponse:
-        seen_reasons.append(readiness_holder[0].reason())
+        seen_reasons.append(readiness_holder[0].connection_reason())
         if release.is_set():
             return answer(201, enrolled_body(body))
         return conflict()
@@ -155,12 +155,12 @@ async def test_409_keeps_retrying_not_ready_without_flooding_then_enrolls(
     readiness_holder.append(readiness)
     task = asyncio.create_task(agent.enroll())
     await await_for(lambda: len(console.requests) >= 40, what="40 enrollment attempts")
-    assert readiness.reason() == "not enrolled: 409 name_in_use"
+    assert readiness.connection_reason() == "not enrolled: 409 name_in_use"
     assert not store.exists()
     release.set()
     state = await asyncio.wait_for(task, 10)
 
-    assert readiness.reason() != "not enrolled: 409 name_in_use"
+    assert readiness.connection_reason() != "not enrolled: 409 name_in_use"
     assert state.agent_id == "ag_fresh"
     # Same key pair on every attempt: the key proves one process, not one attempt.
     assert len({r["public_key"] for r in console.requests}) == 1
@@ -185,7 +185,7 @@ async def test_bad_token_is_retried_and_a_fixed_token_file_is_picked_up(
     agent, readiness, _ = enroller(tmp_path, console)
     task = asyncio.create_task(agent.enroll())
     await await_for(lambda: len(console.requests) >= 3, what="retries")
-    assert readiness.reason() == "not enrolled: 401 invalid_token"
+    assert readiness.connection_reason() == "not enrolled: 401 invalid_token"
     assert "401 invalid_token: unknown install token" in caplog.text
     assert "check the install token" in caplog.text
     (tmp_path / "token").write_text("itk_fixed_token_value\n")
@@ -213,7 +213,7 @@ async def test_connection_refused_names_the_url_and_what_to_check(
         f"connection refused to backend {url}: check backendUrl and cluster egress rules"
         in caplog.text
     )
-    assert readiness.reason() == f"not enrolled: connection refused to backend {url}"
+    assert readiness.connection_reason() == f"not enrolled: connection refused to backend {url}"
     assert caplog.text.count("connection refused to backend") <= 4
 
 
@@ -319,7 +319,8 @@ async def test_nothing_is_sent_while_the_key_cannot_be_kept(tmp_path: Path) -> N
         Enroller(cfg, backend, StateStore(tmp_path), readiness, backoff=FAST).enroll()
     )
     await await_for(
-        lambda: "data directory not writable" in (readiness.reason() or ""), what="the problem"
+        lambda: "data directory not writable" in (readiness.connection_reason() or ""),
+        what="the problem",
     )
     assert console.requests == []
     blocker.rmdir()

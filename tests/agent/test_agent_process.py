@@ -59,7 +59,8 @@ def test_enrolls_connects_heartbeats_and_keeps_its_identity_across_restarts(
     assert state is not None
     assert state.agent_id in line
     agent.wait_for_log("nats connected to")
-    wait_for(lambda: agent.get("/readyz") == (200, "ok"), what="ready")
+    wait_for(lambda: agent.get("/connectedz") == (200, "ok"), what="enrolled and connected")
+    assert agent.get("/readyz") == (200, "ok")
     assert agent.get("/livez") == (200, "ok")
     request = fake_console.requests[0]
     assert request["agent_type"] == "k8s-node-monitor"
@@ -79,7 +80,7 @@ def test_enrolls_connects_heartbeats_and_keeps_its_identity_across_restarts(
     assert StateStore(data_dir).read() == state
 
 
-def test_stays_not_ready_through_409s_then_enrolls(
+def test_stays_ready_through_409s_saying_why_then_enrolls(
     tmp_path: Path,
     nats_server: NatsServer,
     fake_console: FakeConsole,
@@ -95,14 +96,16 @@ def test_stays_not_ready_through_409s_then_enrolls(
     agent = AgentProcess(data_dir, env=chart_env(fake_console, data_dir)).start()
     agent_processes.append(agent)
 
-    # The answer list runs out only after 10 conflicts: meanwhile the probe must fail.
+    # The answer list runs out only after 10 conflicts: meanwhile /connectedz names the 409
+    # and the pod stays Ready (a refusal must not hold a DaemonSet rollout).
     _, reason = wait_for(
-        lambda: (r := agent.get("/readyz"))[0] == 503 and "409" in r[1] and r,
+        lambda: (r := agent.get("/connectedz"))[0] == 503 and "409" in r[1] and r,
         what="503 naming the 409",
     )
     assert reason == "not enrolled: 409 name_in_use"
+    assert agent.get("/readyz") == (200, "ok")
     agent.wait_for_log("enrolled as agent")
-    wait_for(lambda: agent.get("/readyz") == (200, "ok"), what="ready after enrollment")
+    wait_for(lambda: agent.get("/connectedz") == (200, "ok"), what="connected after enrollment")
     refusals = [line for line in agent.lines() if "409 name_in_use" in line]
     assert 0 < len(refusals) <= 4, refusals
 
@@ -124,7 +127,11 @@ def test_connection_refused_is_logged_with_what_to_check(
     agent.wait_for_log(
         f"connection refused to backend {url}: check backendUrl and cluster egress rules"
     )
-    assert agent.get("/readyz") == (503, f"not enrolled: connection refused to backend {url}")
+    assert agent.get("/connectedz") == (
+        503,
+        f"not enrolled: connection refused to backend {url}",
+    )
+    assert agent.get("/readyz") == (200, "ok"), "a Console outage is no reason to be unready"
     assert agent.stop() == 0, "SIGTERM while enrolling is a clean stop"
     records: list[dict[str, Any]] = [json.loads(line) for line in agent.lines()]
     assert {"ts", "level", "logger", "msg"} <= set(records[0])
@@ -179,7 +186,7 @@ def test_an_agent_that_just_enrolled_stays_under_50_mib(
     agent = AgentProcess(data_dir, env=env).start()
     agent_processes.append(agent)
     agent.wait_for_log("enrolled as agent")
-    wait_for(lambda: agent.get("/readyz") == (200, "ok"), what="ready")
+    wait_for(lambda: agent.get("/connectedz") == (200, "ok"), what="connected")
     agent.wait_for_log("nats connected to")
     rss = psutil.Process(agent.process.pid).memory_info().rss / 2**20
     print(f"RSS of the agent that just enrolled: {rss:.1f} MiB")

@@ -110,7 +110,8 @@ async def test_reconnects_after_a_nats_restart_without_losing_identity(
         await await_for(lambda: ready(runtime), what="agent ready")
         nats_server.stop()
         await await_for(
-            lambda: (runtime.readiness.reason() or "").startswith("nats "), what="not ready"
+            lambda: (runtime.readiness.connection_reason() or "").startswith("nats "),
+            what="not ready",
         )
         nats_server.start()
         await await_for(lambda: ready(runtime), what="ready after restart")
@@ -138,7 +139,7 @@ async def test_a_revoked_key_is_reported_and_retried_until_allowed_again(
         nats_server.reload()
         await await_for(
             lambda: (
-                runtime.readiness.reason()
+                runtime.readiness.connection_reason()
                 == "nats authorization refused: identity revoked, released or rotated"
             ),
             what="authorization refused",

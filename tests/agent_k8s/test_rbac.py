@@ -46,7 +46,7 @@ def _rbac(helm: Helm) -> tuple[dict[str, Any], dict[str, Any], str]:
     role = next(
         d
         for d in rendered.all("Role")
-        if d["metadata"]["labels"]["app.kubernetes.io/component"] == "cluster-agent"
+        if d["metadata"]["labels"].get("app.kubernetes.io/component") == "cluster-agent"
     )
     lease_name = env(rendered.statefulset)["PROXIMA_LEASE_NAME"]
     return cluster_role, role, lease_name

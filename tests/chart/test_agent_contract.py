@@ -24,6 +24,7 @@ DOWNWARD_API = {
     "status.hostIP": "10.0.0.7",
     "metadata.name": "proxima-agent-cluster-agent-0",
     "metadata.namespace": "proxima-system",
+    "metadata.uid": "9b0c3f4e-6a51-4b5e-9a57-2f1f0c1d2e3f",
 }
 
 
@@ -90,6 +91,10 @@ def test_the_node_agent_environment_parses_into_the_settings_the_chart_means(
     assert settings.log_level == "debug"
     assert settings.kubelet_url == "https://10.0.0.7:10250"
     assert settings.cluster_slug == "production-rke2"
+    # Its own pod, for the Events it records (a refused enrollment).
+    assert settings.pod_name == "proxima-agent-cluster-agent-0"  # the double's one name
+    assert settings.pod_namespace == "proxima-system"
+    assert settings.pod_uid == DOWNWARD_API["metadata.uid"]
 
 
 def test_the_cluster_agent_environment_parses_into_the_settings_the_chart_means(
@@ -106,6 +111,8 @@ def test_the_cluster_agent_environment_parses_into_the_settings_the_chart_means(
     assert settings.lease_name == "proxima-agent-cluster-agent"
     assert settings.replicas == 2
     assert settings.health_port == 8181
+    assert settings.pod_name == "proxima-agent-cluster-agent-0"
+    assert settings.pod_uid == DOWNWARD_API["metadata.uid"]
 
 
 def test_the_agent_reads_the_host_identity_where_the_node_agent_mounts_it(full):

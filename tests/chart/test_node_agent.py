@@ -328,6 +328,47 @@ def test_the_node_agent_may_read_kubelet_stats_and_nothing_else(quick):
     assert quick.get("ServiceAccount", sa)
 
 
+def test_both_agents_may_create_and_patch_events_in_the_release_namespace_only(helm: Helm, quick):
+    """The Events on a refused enrollment (agent/kube_events.py): exactly its calls, a Role (never
+    a ClusterRole), bound to the agents' ServiceAccounts."""
+    from agent.kube_events import EVENT_PERMISSIONS
+
+    role = quick.get("Role", "proxima-agent-events")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    grants = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert grants == EVENT_PERMISSIONS
+    assert not any(rule.get("resourceNames") for rule in role["rules"])
+    for kind in ("ClusterRole",):
+        for other in quick.all(kind):
+            assert not [r for r in other["rules"] if "events" in r["resources"]], other
+    binding = quick.get("RoleBinding", "proxima-agent-events")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "proxima-agent-events",
+    }
+    accounts = [pod_spec(w)["serviceAccountName"] for w in (quick.daemonset, quick.statefulset)]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE} for sa in accounts
+    ]
+    # The pod knows itself, to record on itself.
+    variables = env(quick.daemonset)
+    assert {"PROXIMA_POD_NAME", "PROXIMA_POD_NAMESPACE", "PROXIMA_POD_UID"} <= set(variables)
+
+
+def test_node_only_binds_the_events_role_to_the_node_agent_only(helm: Helm, ci_values):
+    rendering = helm.template([ci_values["node-only"]])
+    binding = rendering.get("RoleBinding", "proxima-agent-events")
+    sa = pod_spec(rendering.daemonset)["serviceAccountName"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+
+
 def test_node_only_renders_no_cluster_agent_and_needs_no_cluster_name(helm: Helm, ci_values):
     rendering = helm.template([ci_values["node-only"]])
     assert rendering.daemonset

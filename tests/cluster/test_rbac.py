@@ -69,13 +69,14 @@ def test_can_i_list_equals_the_table_in_the_docs(
     assert granted(cluster_cli, installed, ACCOUNTS[who]) == documented_rows()[who]
 
 
-def test_the_cluster_agent_reads_no_secret_or_configmap_and_writes_only_its_lease(
+def test_the_cluster_agent_reads_no_secret_or_configmap_and_writes_only_its_lease_and_events(
     cluster_cli: ClusterCli, installed: str
 ) -> None:
     rows = granted(cluster_cli, installed, ACCOUNTS["cluster agent"])
     assert not [r for r in rows if r.resource.split(".")[0] in {"secrets", "configmaps"}]
     writes = {r for r in rows if set(r.verbs) - READS}
     assert writes == {
+        CanI("events", (), ("create", "patch")),
         CanI("leases.coordination.k8s.io", (), ("create",)),
         CanI("leases.coordination.k8s.io", (f"{RELEASE}-cluster-agent",), ("get", "update")),
     }
@@ -101,4 +102,4 @@ def test_the_lease_role_holds_only_in_the_release_namespace(
     elsewhere = cluster_cli.can_i_list(
         f"system:serviceaccount:{installed}:{ACCOUNTS['cluster agent']}", "default"
     )
-    assert not [r for r in elsewhere if r.resource.startswith("leases")]
+    assert not [r for r in elsewhere if r.resource.startswith(("leases", "events"))]

@@ -36,6 +36,11 @@ the StatefulSet name to 52, because its pods carry a `controller-revision-hash` 
 {{- printf "%s-cluster-agent-leader-election" (include "proxima-agent.fullname" . | trunc 33 | trimSuffix "-") -}}
 {{- end -}}
 
+{{/* The events Role and RoleBinding: "<fullname>-events" (63). */}}
+{{- define "proxima-agent.eventsName" -}}
+{{- printf "%s-events" (include "proxima-agent.fullname" . | trunc 56 | trimSuffix "-") -}}
+{{- end -}}
+
 {{- define "proxima-agent.installToken.chartSecretName" -}}
 {{- printf "%s-install-token" (include "proxima-agent.fullname" . | trunc 49 | trimSuffix "-") -}}
 {{- end -}}
@@ -194,6 +199,15 @@ implement identically:
 
 {{/* Environment shared by both agents. */}}
 {{- define "proxima-agent.commonEnv" -}}
+# The pod itself, for the Kubernetes Events the agent records on it (EnrollmentRefused).
+- name: PROXIMA_POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: PROXIMA_POD_UID
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.uid
 - name: PROXIMA_BACKEND_URL
   value: {{ .root.Values.backendUrl | quote }}
 - name: PROXIMA_INSTALL_TOKEN_FILE
@@ -220,7 +234,9 @@ implement identically:
 {{- end }}
 {{- end -}}
 
-{{/* Probes on the agent's health server: pass (dict "agent" .Values.x). */}}
+{{/* Probes on the agent's health server: pass (dict "agent" .Values.x). /readyz is "running
+and working", never "enrolled": a refused enrollment or a Console outage must not hold a
+rollout or mark the fleet unready (docs/kubernetes-agents.md). */}}
 {{- define "proxima-agent.probes" -}}
 readinessProbe:
   httpGet:
