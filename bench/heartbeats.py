@@ -97,10 +97,13 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        command, env = None, {
-            "PROXIMA_HEARTBEAT_FLUSH_SECONDS": args.flush_seconds,
-            "PROXIMA_LOG_LEVEL": "warning",
-        }
+        command, env = (
+            None,
+            {
+                "PROXIMA_HEARTBEAT_FLUSH_SECONDS": args.flush_seconds,
+                "PROXIMA_LOG_LEVEL": "warning",
+            },
+        )
         if args.profile:
             command = [sys.executable, "-m", "bench.profiled_console"]
             env["PROXIMA_PROFILE_OUT"] = str(args.profile.resolve())

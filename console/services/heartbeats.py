@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import bindparam, update
@@ -50,11 +51,7 @@ class InstanceTracker:
         state = self._seen.get(agent_id)
         if state is None:
             state = self._seen[agent_id] = _Seen()
-        elif (
-            instance_id == state.last_instance
-            and not state.shared
-            and len(state.instances) == 1
-        ):
+        elif instance_id == state.last_instance and not state.shared and len(state.instances) == 1:
             # The common case, one process beating as itself: nothing to prune (its only
             # instance is the one speaking now) and nothing changes.
             state.instances[instance_id] = (now, version)
@@ -159,16 +156,21 @@ def _update_heartbeats(session: Session, latest: dict[str, Heartbeat], now: date
             )
         )
         indexed.append((hb.version, hb.cluster_slug, agent_id, hb.version, hb.cluster_slug))
+    hot_sql, indexed_sql = _statements(mark, dialect.name == "sqlite")
+    conn.exec_driver_sql(hot_sql, hot)
+    conn.exec_driver_sql(indexed_sql, indexed)
+
+
+@cache
+def _statements(mark: str, sqlite: bool) -> tuple[str, str]:
+    """The two statements' text: only this module's constants go into it (values are bound)."""
     assignments = ", ".join(f"{c} = {mark}" for c in _HOT_COLUMNS)
-    conn.exec_driver_sql(
-        f"UPDATE agent SET {assignments} WHERE id = {mark} AND revoked_at IS NULL", hot
-    )
-    differs = "IS NOT" if dialect.name == "sqlite" else "IS DISTINCT FROM"
-    conn.exec_driver_sql(
-        f"UPDATE agent SET version = {mark}, cluster_slug = {mark} "
-        f"WHERE id = {mark} AND revoked_at IS NULL "
+    differs = "IS NOT" if sqlite else "IS DISTINCT FROM"
+    where = f"WHERE id = {mark} AND revoked_at IS NULL"
+    return (
+        f"UPDATE agent SET {assignments} {where}",  # noqa: S608
+        f"UPDATE agent SET version = {mark}, cluster_slug = {mark} {where} "  # noqa: S608
         f"AND (version {differs} {mark} OR cluster_slug {differs} {mark})",
-        indexed,
     )
 
 
@@ -178,9 +180,7 @@ def _bind(column: Any, dialect: Any) -> Callable[[Any], Any]:
     return process if process is not None else (lambda value: value)
 
 
-def _update_heartbeats_core(
-    session: Session, latest: dict[str, Heartbeat], now: datetime
-) -> None:
+def _update_heartbeats_core(session: Session, latest: dict[str, Heartbeat], now: datetime) -> None:
     table = Agent.__table__  # type: ignore[attr-defined]
     rows = [
         {
