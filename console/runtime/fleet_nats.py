@@ -69,6 +69,10 @@ class EnvironmentIndex:
         found = await self._units.run(lambda u: nats_keys.environment_of_agents(u.session))
         self._env.update(found)
 
+    def known(self, agent_id: str) -> str | None:
+        """The agent's environment if already loaded (no database work)."""
+        return self._env.get(agent_id)
+
     async def of(self, agent_ids: list[str]) -> dict[str, str]:
         missing = [a for a in set(agent_ids) if a not in self._env]
         if missing:
@@ -317,7 +321,10 @@ class FleetNats:
             except ValueError:
                 await cb(msg)  # the ingester counts it as rejected
                 return
-            if (await self.index.of([agent_id])).get(agent_id) != environment_id:
+            env = self.index.known(agent_id)
+            if env is None:
+                env = (await self.index.of([agent_id])).get(agent_id)
+            if env != environment_id:
                 FOREIGN.inc()
                 log.warning(
                     "message from agent %s in environment %s's account dropped: not its "

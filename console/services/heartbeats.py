@@ -7,8 +7,11 @@ back after another one has spoken, within two heartbeat intervals, flags the rec
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cache
+from typing import Any
 
 from sqlalchemy import bindparam, update
 from sqlmodel import Session
@@ -45,7 +48,14 @@ class InstanceTracker:
     def observe(
         self, agent_id: str, instance_id: str, version: str, interval: float, now: float
     ) -> IdentityChange | None:
-        state = self._seen.setdefault(agent_id, _Seen())
+        state = self._seen.get(agent_id)
+        if state is None:
+            state = self._seen[agent_id] = _Seen()
+        elif instance_id == state.last_instance and not state.shared and len(state.instances) == 1:
+            # The common case, one process beating as itself: nothing to prune (its only
+            # instance is the one speaking now) and nothing changes.
+            state.instances[instance_id] = (now, version)
+            return None
         window = 2 * max(interval, 0.05) + self._slack
         for inst, (t, _v) in list(state.instances.items()):
             if now - t > window:
@@ -89,10 +99,89 @@ def record_heartbeats(
     _record_changes(session, changes, now)
 
 
+# The per-heartbeat columns; ``version`` and ``cluster_slug`` are indexed, so they have their
+# own guarded statement below that writes a row only when they changed (an indexed column in an
+# UPDATE's SET costs an index rewrite even when its value is the same).
+_HOT_COLUMNS = (
+    "last_seen_at",
+    "last_heartbeat_at",
+    "instance_id",
+    "uptime_seconds",
+    "heartbeat_interval_seconds",
+    "metrics_interval_seconds",
+    "sync_interval_seconds",
+    "can_self_update",
+    "self_update_blocker",
+    "leader",
+)
+_PLACEHOLDER = {"qmark": "?", "format": "%s", "pyformat": "%s"}
+
+
 def _update_heartbeats(session: Session, latest: dict[str, Heartbeat], now: datetime) -> None:
-    table = table_of(Agent)
+    """Two ``executemany`` statements in the driver's own parameter style, their values
+    converted once per batch where they are the same for every row (the instant, booleans),
+    in primary-key order: at 100,000 agents each heartbeat is its own row, and the ORM's
+    per-row bind processing cost more than SQLite's work (docs/performance.md)."""
     if not latest:
         return
+    conn = session.connection()
+    dialect = conn.dialect
+    mark = _PLACEHOLDER.get(dialect.paramstyle)
+    if mark is None:  # a driver style this fast path does not know: the portable statement
+        _update_heartbeats_core(session, latest, now)
+        return
+    cols = table_of(Agent).c
+    seen = _bind(cols.last_seen_at, dialect)(now)
+    flag = _bind(cols.can_self_update, dialect)
+    maybe = {True: flag(True), False: flag(False), None: None}
+    hot, indexed = [], []
+    for agent_id in sorted(latest):
+        hb = latest[agent_id]
+        blocker = None
+        if not hb.can_self_update and hb.self_update_blocker is not None:
+            blocker = hb.self_update_blocker.value
+        hot.append(
+            (
+                seen,
+                seen,
+                hb.instance_id,
+                hb.uptime_seconds,
+                hb.heartbeat_interval_seconds,
+                hb.metrics_interval_seconds,
+                hb.sync_interval_seconds,
+                maybe[hb.can_self_update],
+                blocker,
+                maybe[hb.leader],
+                agent_id,
+            )
+        )
+        indexed.append((hb.version, hb.cluster_slug, agent_id, hb.version, hb.cluster_slug))
+    hot_sql, indexed_sql = _statements(mark, dialect.name == "sqlite")
+    conn.exec_driver_sql(hot_sql, hot)
+    conn.exec_driver_sql(indexed_sql, indexed)
+
+
+@cache
+def _statements(mark: str, sqlite: bool) -> tuple[str, str]:
+    """The two statements' text: only this module's constants go into it (values are bound)."""
+    assignments = ", ".join(f"{c} = {mark}" for c in _HOT_COLUMNS)
+    differs = "IS NOT" if sqlite else "IS DISTINCT FROM"
+    where = f"WHERE id = {mark} AND revoked_at IS NULL"
+    return (
+        f"UPDATE agent SET {assignments} {where}",  # noqa: S608
+        f"UPDATE agent SET version = {mark}, cluster_slug = {mark} {where} "  # noqa: S608
+        f"AND (version {differs} {mark} OR cluster_slug {differs} {mark})",
+    )
+
+
+def _bind(column: Any, dialect: Any) -> Callable[[Any], Any]:
+    """The column type's conversion of a Python value into what the driver takes."""
+    process = column.type.bind_processor(dialect)
+    return process if process is not None else (lambda value: value)
+
+
+def _update_heartbeats_core(session: Session, latest: dict[str, Heartbeat], now: datetime) -> None:
+    table = table_of(Agent)
     rows = [
         {
             "b_id": agent_id,
