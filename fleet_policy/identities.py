@@ -70,8 +70,11 @@ DEFAULT_QUIET_WINDOW_SECONDS: Final = 300.0
 release-identity frees it (the Console's ``PROXIMA_IDENTITY_QUIET_SECONDS``; the seed's five
 minutes)."""
 
-DEFAULT_STALE_AFTER_SECONDS: Final = 90.0
-"""An agent with no heartbeat for longer than this is offline (``PROXIMA_AGENT_STALE_SECONDS``)."""
+DEFAULT_STALE_AFTER_SECONDS: Final = 70.0
+"""An agent with no heartbeat for longer than this is offline (``PROXIMA_AGENT_STALE_SECONDS``):
+two missed beats of the default 30 s interval plus 10 s of grace, so a stopped agent is shown
+offline within 75 s of its last heartbeat (step 13's goal; status is computed when asked, no
+sweep adds to it)."""
 
 REBIND_REFUSALS: Final = (
     ErrorReason.AGENT_REVOKED,

@@ -98,4 +98,4 @@ def test_an_unconfigured_console_publishes_the_pages_windows(console_factory):
     with plain.client(plain.api_token(["tokens:read"])) as c:
         view = ConsoleSettingsView.model_validate(c.get("/api/v1/settings").json())
     assert view.quiet_window_seconds == 300.0
-    assert view.stale_after_seconds == 90.0
+    assert view.stale_after_seconds == 70.0

@@ -45,7 +45,7 @@ def claim(*signals: tuple[str, str], key: str = "UNEW") -> EnrollmentClaim:
 
 def test_the_defaults_are_the_seeds_five_minutes_and_the_consoles_stale_timeout() -> None:
     assert DEFAULT_QUIET_WINDOW_SECONDS == 300.0
-    assert DEFAULT_STALE_AFTER_SECONDS == 90.0
+    assert DEFAULT_STALE_AFTER_SECONDS == 70.0
 
 
 def test_quiet_means_more_than_the_window_and_no_sign_of_life_is_quiet() -> None:
