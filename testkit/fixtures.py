@@ -29,6 +29,7 @@ from testkit.k8s import MAX_PAYLOAD, NatsObserver
 from testkit.kube import KubeApiDouble
 from testkit.nats import NatsServer
 from testkit.postgres import PostgresUnavailableError, ThrowawayPostgres
+from testkit.release import OciRegistry, missing_tools
 
 if TYPE_CHECKING:  # the Console's services load only for the tests that ask for them
     from testkit.services import InProcessConsole
@@ -352,3 +353,24 @@ def cluster_cli(
 ) -> ClusterCli:
     """helm and kubectl with the cluster's admin kubeconfig and an empty helm home."""
     return ClusterCli(kube_cluster, helm_binary, kubectl_binary, tmp_path_factory.mktemp("cli"))
+
+
+# -- an OCI registry (tests/release) ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def oci_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OciRegistry]:
+    """Debian's ``docker-registry`` (the CNCF distribution server) on 127.0.0.1, plain HTTP,
+    stopped after the run. Skips where the release tools are missing; under ``CI=true`` fails
+    instead (scripts/dev.py installs them)."""
+    missing = missing_tools()
+    if missing:
+        reason = f"the release lane needs {', '.join(missing)} (scripts/dev.py installs them)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    registry = OciRegistry(tmp_path_factory.mktemp("oci-registry")).start()
+    try:
+        yield registry
+    finally:
+        registry.stop()
