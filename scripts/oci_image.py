@@ -60,7 +60,7 @@ ENV = {
     "PYTHONUNBUFFERED": "1",
     "HOME": "/tmp",
     "PROXIMA_DATA_DIR": DATA_DIR,
-    "PROXIMA_HEALTH_HOST": "0.0.0.0",  # noqa: S104 (the pod's probes reach it)
+    "PROXIMA_HEALTH_HOST": "0.0.0.0",
     "PROXIMA_HEALTH_PORT": str(HEALTH_PORT),
 }
 #: what the base is made of; changing any of it changes the cache key
@@ -111,7 +111,9 @@ def run(cmd: list[str], *, env: dict[str, str] | None = None, cwd: Path | None =
         raise ImageError(f"{cmd[0]} is not installed ({exc.strerror})") from exc
     if done.returncode != 0:
         tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-5:]
-        raise ImageError(f"{' '.join(cmd[:3])} … failed (exit {done.returncode}): {' | '.join(tail)}")
+        raise ImageError(
+            f"{' '.join(cmd[:3])} … failed (exit {done.returncode}): {' | '.join(tail)}"
+        )
     return done.stdout
 
 
@@ -123,7 +125,7 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-# -- the Debian base ---------------------------------------------------------------------------
+# -- the Debian base -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -134,14 +136,6 @@ class BaseImage:
     key: str
     suite: str
     packages: list[str]  # "name version", from the base's dpkg status
-
-    @property
-    def python_version(self) -> str:
-        for line in self.packages:
-            name, _, version = line.partition(" ")
-            if name == "python3.11-minimal" or name.startswith("python3.") and "-minimal" in name:
-                return version
-        return "?"
 
 
 def host_suite() -> str:
@@ -186,8 +180,9 @@ def _packages_of(tar_path: Path) -> list[str]:
     return sorted(packages)
 
 
-def build_base(cache: Path, *, suite: str | None = None, sources: Path | None = None,
-               refresh: bool = False) -> BaseImage:
+def build_base(
+    cache: Path, *, suite: str | None = None, sources: Path | None = None, refresh: bool = False
+) -> BaseImage:
     """The cached base, built first when missing (or ``refresh``)."""
     suite = suite or host_suite()
     sources = sources or host_sources()
@@ -221,11 +216,12 @@ def build_base(cache: Path, *, suite: str | None = None, sources: Path | None = 
     return base
 
 
-# -- the agent layer ---------------------------------------------------------------------------
+# -- the agent layer -------------------------------------------------------------------------------
 
 
-def build_agent_layer(base: BaseImage, wheels: Path, requirement: str, workdir: Path,
-                      epoch: int) -> Path:
+def build_agent_layer(
+    base: BaseImage, wheels: Path, requirement: str, workdir: Path, epoch: int
+) -> Path:
     """Install ``requirement`` (``proxima-fleet[agent]==V``) from ``wheels`` into a venv at
     /opt/proxima-agent inside a scratch copy of the base; the scratch root is returned."""
     root = workdir / "rootfs"
@@ -248,17 +244,45 @@ def build_agent_layer(base: BaseImage, wheels: Path, requirement: str, workdir: 
     python = f"{AGENT_HOME}/bin/python"
     chroot = ["chroot", str(root)]
     run([*chroot, "/usr/bin/python3", "-m", "venv", "--without-pip", AGENT_HOME], env=env)
-    run([*chroot, python, f"/tmp/wheels/{pip[-1].name}/pip", "install", "--quiet", "--no-index",
-         "--find-links", "/tmp/wheels", "--no-compile", "--no-cache-dir",
-         "--disable-pip-version-check", "--no-warn-script-location", requirement], env=env)
-    run([*chroot, python, "-m", "compileall", "-q", "-j", "1", "--invalidation-mode",
-         "unchecked-hash", f"{AGENT_HOME}/lib"], env=env)
+    run(
+        [
+            *chroot,
+            python,
+            f"/tmp/wheels/{pip[-1].name}/pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--find-links",
+            "/tmp/wheels",
+            "--no-compile",
+            "--no-cache-dir",
+            "--disable-pip-version-check",
+            "--no-warn-script-location",
+            requirement,
+        ],
+        env=env,
+    )
+    run(
+        [
+            *chroot,
+            python,
+            "-m",
+            "compileall",
+            "-q",
+            "-j",
+            "1",
+            "--invalidation-mode",
+            "unchecked-hash",
+            f"{AGENT_HOME}/lib",
+        ],
+        env=env,
+    )
     run([*chroot, f"{AGENT_HOME}/bin/proxima-agent", "--help"], env=env)
     shutil.rmtree(staged)
     return root
 
 
-# -- layers: normalized tar + gzip ---------------------------------------------------------------
+# -- layers: normalized tar + gzip -----------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -295,7 +319,9 @@ def _from_tar(source: Path, epoch: int) -> Iterator[tuple[tarfile.TarInfo, bytes
             yield _normalize(member, epoch), data
 
 
-def _from_dir(root: Path, subtree: str, epoch: int) -> Iterator[tuple[tarfile.TarInfo, bytes | None]]:
+def _from_dir(
+    root: Path, subtree: str, epoch: int
+) -> Iterator[tuple[tarfile.TarInfo, bytes | None]]:
     """Every entry under ``root/subtree``, sorted by path, hard links kept as links."""
     paths = [root / subtree]
     for directory, dirs, files in os.walk(root / subtree):
@@ -336,8 +362,9 @@ def write_layer(entries: Iterator[tuple[tarfile.TarInfo, bytes | None]], blobs: 
         diff_id = sha256_file(tar_path)
         with open(tar_path, "rb") as raw, open(gz_path, "wb") as out:
             # no name, mtime 0: the gzip header carries nothing of this machine or moment
-            with gzip.GzipFile(filename="", mode="wb", fileobj=out, compresslevel=GZIP_LEVEL,
-                               mtime=0) as gz:
+            with gzip.GzipFile(
+                filename="", mode="wb", fileobj=out, compresslevel=GZIP_LEVEL, mtime=0
+            ) as gz:
                 shutil.copyfileobj(raw, gz, CHUNK)
         digest = sha256_file(gz_path)
         target = blobs / digest
@@ -348,7 +375,25 @@ def write_layer(entries: Iterator[tuple[tarfile.TarInfo, bytes | None]], blobs: 
         gz_path.unlink(missing_ok=True)
 
 
-# -- the OCI layout ----------------------------------------------------------------------------
+def base_layer(base: BaseImage, blobs: Path) -> Layer:
+    """The base as a layer (mtimes clamped to BASE_EPOCH: it depends on the base alone), made
+    once per base and kept beside it; linked into ``blobs``."""
+    record = base.tar.parent / "layer.json"
+    if record.is_file():
+        saved = json.loads(record.read_text())
+        cached = base.tar.parent / saved["digest"].removeprefix("sha256:")
+        if cached.is_file():
+            target = blobs / cached.name
+            shutil.copyfile(cached, target)
+            return Layer(target, saved["digest"], saved["diff_id"], saved["size"])
+    layer = write_layer(_from_tar(base.tar, BASE_EPOCH), base.tar.parent)
+    record.write_text(
+        json.dumps({"digest": layer.digest, "diff_id": layer.diff_id, "size": layer.size})
+    )
+    return base_layer(base, blobs)
+
+
+# -- the OCI layout --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -370,8 +415,9 @@ def _json(value: object) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
-def image_config(diff_ids: list[str], labels: dict[str, str], history: list[str],
-                 epoch: int) -> dict[str, object]:
+def image_config(
+    diff_ids: list[str], labels: dict[str, str], history: list[str], epoch: int
+) -> dict[str, object]:
     created = datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "architecture": "amd64",
@@ -391,14 +437,22 @@ def image_config(diff_ids: list[str], labels: dict[str, str], history: list[str]
     }
 
 
-def write_layout(out: Path, base: BaseImage, agent_root: Path, *, tag: str, labels: dict[str, str],
-                 history: list[str], epoch: int) -> OciImage:
+def write_layout(
+    out: Path,
+    base: BaseImage,
+    agent_root: Path,
+    *,
+    tag: str,
+    labels: dict[str, str],
+    history: list[str],
+    epoch: int,
+) -> OciImage:
     """An OCI image layout at ``out`` (replaced) with the base and agent layers, tagged ``tag``."""
     shutil.rmtree(out, ignore_errors=True)
     blobs = out / "blobs" / "sha256"
     blobs.mkdir(parents=True)
     layers = [
-        write_layer(_from_tar(base.tar, epoch), blobs),
+        base_layer(base, blobs),
         write_layer(_from_dir(agent_root, AGENT_HOME.lstrip("/"), epoch), blobs),
     ]
     config = image_config([layer.diff_id for layer in layers], labels, history, epoch)
@@ -408,8 +462,7 @@ def write_layout(out: Path, base: BaseImage, agent_root: Path, *, tag: str, labe
         "mediaType": OCI_MANIFEST,
         "config": {"mediaType": OCI_CONFIG, "digest": config_digest, "size": config_size},
         "layers": [
-            {"mediaType": OCI_LAYER, "digest": layer.digest, "size": layer.size}
-            for layer in layers
+            {"mediaType": OCI_LAYER, "digest": layer.digest, "size": layer.size} for layer in layers
         ],
         "annotations": {k: v for k, v in labels.items() if k.startswith("org.opencontainers")},
     }

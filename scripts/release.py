@@ -96,7 +96,7 @@ def run(cmd: list[str], **kwargs: Any) -> str:
         raise ReleaseError(str(exc)) from exc
 
 
-# -- the version ---------------------------------------------------------------------------------
+# -- the version -----------------------------------------------------------------------------------
 
 
 def project_version() -> str:
@@ -113,7 +113,10 @@ def release_version() -> str:
         raise ReleaseError(f"VERSION {version!r} is not semver (Helm needs x.y.z)")
     tags = subprocess.run(
         ["git", "tag", "--points-at", "HEAD", "--list", "v*"],
-        cwd=ROOT, capture_output=True, text=True, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout.split()
     if tags and f"v{version}" not in tags:
         raise ReleaseError(f"HEAD is tagged {', '.join(tags)} but VERSION is {version}")
@@ -133,16 +136,21 @@ def source_date_epoch() -> int:
     configured = os.environ.get("SOURCE_DATE_EPOCH")
     if configured:
         return int(configured)
-    out = subprocess.run(["git", "log", "-1", "--format=%ct"], cwd=ROOT, capture_output=True,
-                         text=True, check=False).stdout.strip()
+    out = subprocess.run(
+        ["git", "log", "-1", "--format=%ct"], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout.strip()
     if not out:
         raise ReleaseError("set SOURCE_DATE_EPOCH (no git history to take HEAD's time from)")
     return int(out)
 
 
 def git_revision() -> str:
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                          text=True, check=False).stdout.strip() or "unknown"
+    return (
+        subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
+        ).stdout.strip()
+        or "unknown"
+    )
 
 
 def cache_dir() -> Path:
@@ -266,10 +274,19 @@ def build_image(out: Path, *, refresh_base: bool = False) -> ImageResult:
             f"pip install proxima-fleet[agent]=={version} into {oci_image.AGENT_HOME}",
         ]
         say("writing the OCI layout")
-        image = oci_image.write_layout(out, base, root, tag=version, labels=labels,
-                                       history=history, epoch=epoch)
-    return ImageResult(str(image.layout), image.tag, image.digest, image.size, base.key,
-                       base.packages, python_packages, round(time.monotonic() - started, 1))
+        image = oci_image.write_layout(
+            out, base, root, tag=version, labels=labels, history=history, epoch=epoch
+        )
+    return ImageResult(
+        str(image.layout),
+        image.tag,
+        image.digest,
+        image.size,
+        base.key,
+        base.packages,
+        python_packages,
+        round(time.monotonic() - started, 1),
+    )
 
 
 def _installed(root: Path) -> list[str]:
@@ -281,7 +298,7 @@ def _installed(root: Path) -> list[str]:
     return found
 
 
-# -- the chart ---------------------------------------------------------------------------------------
+# -- the chart -------------------------------------------------------------------------------------
 
 
 def pin_values(values: str, repository: str, digest: str) -> str:
@@ -303,8 +320,9 @@ def helm_binary() -> Path:
         raise ReleaseError(str(exc)) from exc
 
 
-def package_chart(workdir: Path, version: str, repository: str, digest: str,
-                  gpg_home: Path | None) -> Path:
+def package_chart(
+    workdir: Path, version: str, repository: str, digest: str, gpg_home: Path | None
+) -> Path:
     chart = workdir / "chart" / "proxima-agent"
     shutil.rmtree(chart.parent, ignore_errors=True)
     shutil.copytree(CHART, chart)
@@ -312,29 +330,48 @@ def package_chart(workdir: Path, version: str, repository: str, digest: str,
     values.write_text(pin_values(values.read_text(), repository, digest))
     out = workdir / "packaged"
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [helm_binary(), "package", chart, "--version", version, "--app-version", version,
-           "--destination", out]
+    cmd = [
+        helm_binary(),
+        "package",
+        chart,
+        "--version",
+        version,
+        "--app-version",
+        version,
+        "--destination",
+        out,
+    ]
     if gpg_home is not None:
         cmd += ["--sign", "--key", GPG_UID, "--keyring", gpg_home / "secring.gpg"]
     run(cmd)
     return out / f"proxima-agent-{version}.tgz"
 
 
-# -- signing (GPG) -------------------------------------------------------------------------------------
+# -- signing (GPG) ---------------------------------------------------------------------------------
 
 
 def keygen(gpg_home: Path) -> str:
     """A passphrase-less RSA signing key in ``gpg_home`` (Helm reads RSA, not EdDSA), exported
     as the legacy secring.gpg Helm signs with and the public keyring anyone verifies with."""
     gpg_home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    gpg = ["gpg", "--homedir", str(gpg_home), "--batch", "--pinentry-mode", "loopback",
-           "--passphrase", ""]
+    gpg = [
+        "gpg",
+        "--homedir",
+        str(gpg_home),
+        "--batch",
+        "--pinentry-mode",
+        "loopback",
+        "--passphrase",
+        "",
+    ]
     try:
         run([*gpg, "--quick-gen-key", GPG_UID, "rsa3072", "sign", "never"])
         fpr = fingerprint(gpg_home)
         (gpg_home / "secring.gpg").write_bytes(
-            subprocess.run([*gpg, "--export-secret-keys", fpr], capture_output=True,
-                           check=True).stdout)
+            subprocess.run(
+                [*gpg, "--export-secret-keys", fpr], capture_output=True, check=True
+            ).stdout
+        )
         os.chmod(gpg_home / "secring.gpg", 0o600)
         export_public_key(gpg_home, gpg_home / "proxima-release.gpg")
     finally:
@@ -343,8 +380,17 @@ def keygen(gpg_home: Path) -> str:
 
 
 def fingerprint(gpg_home: Path) -> str:
-    out = run(["gpg", "--homedir", str(gpg_home), "--batch", "--with-colons",
-               "--list-secret-keys", GPG_UID])
+    out = run(
+        [
+            "gpg",
+            "--homedir",
+            str(gpg_home),
+            "--batch",
+            "--with-colons",
+            "--list-secret-keys",
+            GPG_UID,
+        ]
+    )
     for line in out.splitlines():
         if line.startswith("fpr:"):
             return line.split(":")[9]
@@ -352,17 +398,21 @@ def fingerprint(gpg_home: Path) -> str:
 
 
 def export_public_key(gpg_home: Path, target: Path) -> None:
-    data = subprocess.run(["gpg", "--homedir", str(gpg_home), "--batch", "--export", GPG_UID],
-                          capture_output=True, check=True).stdout
+    data = subprocess.run(
+        ["gpg", "--homedir", str(gpg_home), "--batch", "--export", GPG_UID],
+        capture_output=True,
+        check=True,
+    ).stdout
     target.write_bytes(data)
 
 
 def stop_gpg_agent(gpg_home: Path) -> None:
-    subprocess.run(["gpgconf", "--homedir", str(gpg_home), "--kill", "all"],
-                   capture_output=True, check=False)
+    subprocess.run(
+        ["gpgconf", "--homedir", str(gpg_home), "--kill", "all"], capture_output=True, check=False
+    )
 
 
-# -- publishing ----------------------------------------------------------------------------------------
+# -- publishing ------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -395,15 +445,35 @@ def registries_d(workdir: Path, registry: str, repo_dir: Path) -> Path:
     return directory
 
 
-def push_image(layout: Path, tag: str, target: str, *, plain_http: bool, workdir: Path,
-               registry: str, repo_dir: Path, gpg_home: Path | None) -> None:
-    cmd = ["skopeo", "copy", "--quiet", "--preserve-digests", "--retry-times", "2",
-           f"--dest-tls-verify={'false' if plain_http else 'true'}"]
+def push_image(
+    layout: Path,
+    tag: str,
+    target: str,
+    *,
+    plain_http: bool,
+    workdir: Path,
+    registry: str,
+    repo_dir: Path,
+    gpg_home: Path | None,
+) -> None:
+    cmd = [
+        "skopeo",
+        "copy",
+        "--quiet",
+        "--preserve-digests",
+        "--retry-times",
+        "2",
+        f"--dest-tls-verify={'false' if plain_http else 'true'}",
+    ]
     env = dict(os.environ)
     if gpg_home is not None:
         env["GNUPGHOME"] = str(gpg_home)
-        cmd += ["--sign-by", fingerprint(gpg_home),
-                "--registries.d", str(registries_d(workdir, registry, repo_dir))]
+        cmd += [
+            "--sign-by",
+            fingerprint(gpg_home),
+            "--registries.d",
+            str(registries_d(workdir, registry, repo_dir)),
+        ]
     try:
         run([*cmd, f"oci:{layout}:{tag}", f"docker://{target}"], env=env)
     finally:
@@ -412,15 +482,26 @@ def push_image(layout: Path, tag: str, target: str, *, plain_http: bool, workdir
 
 
 def pushed_digest(ref: str, plain_http: bool) -> str:
-    raw = run(["skopeo", "inspect", "--raw", f"--tls-verify={'false' if plain_http else 'true'}",
-               f"docker://{ref}"])
+    raw = run(
+        [
+            "skopeo",
+            "inspect",
+            "--raw",
+            f"--tls-verify={'false' if plain_http else 'true'}",
+            f"docker://{ref}",
+        ]
+    )
     return "sha256:" + oci_image.hashlib.sha256(raw.encode()).hexdigest()
 
 
 def push_chart(archive: Path, registry: str, plain_http: bool) -> str:
     cmd = [helm_binary(), "push", archive, f"oci://{registry}/{CHART_NAMESPACE}"]
-    done = subprocess.run([str(c) for c in cmd + (["--plain-http"] if plain_http else [])],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [str(c) for c in cmd + (["--plain-http"] if plain_http else [])],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         raise ReleaseError(f"helm push failed: {done.stderr.strip().splitlines()[-1:]}")
     found = re.search(r"Digest:\s*(sha256:[0-9a-f]{64})", done.stdout + done.stderr)
@@ -433,16 +514,26 @@ def publish(args: argparse.Namespace) -> Published:
     version = release_version()
     signing = None if args.no_sign else Path(args.gpg_home)
     if signing is not None and not (signing / "secring.gpg").is_file():
-        raise ReleaseError(f"no release key in {signing}: run `release.py keygen --gpg-home "
-                           f"{signing}` (or pass --no-sign)")
+        raise ReleaseError(
+            f"no release key in {signing}: run `release.py keygen --gpg-home "
+            f"{signing}` (or pass --no-sign)"
+        )
     out = Path(args.out)
     image = build_image(out / "oci", refresh_base=args.refresh_base)
     repo_dir = Path(args.repo_dir)
     repo_dir.mkdir(parents=True, exist_ok=True)
     target = f"{args.registry}/{IMAGE_NAME}:{version}"
     say(f"pushing the image to {target}")
-    push_image(Path(image.layout), version, target, plain_http=args.plain_http, workdir=out,
-               registry=args.registry, repo_dir=repo_dir, gpg_home=signing)
+    push_image(
+        Path(image.layout),
+        version,
+        target,
+        plain_http=args.plain_http,
+        workdir=out,
+        registry=args.registry,
+        repo_dir=repo_dir,
+        gpg_home=signing,
+    )
     if pushed_digest(target, args.plain_http) != image.digest:
         raise ReleaseError(f"the registry holds {target} under another digest than the build's")
     pull_repository = f"{args.pull_registry or args.registry}/{IMAGE_NAME}"
@@ -491,7 +582,7 @@ def serve(directory: Path, port: int) -> None:
         server.serve_forever()
 
 
-# -- the command line ------------------------------------------------------------------------------------
+# -- the command line ------------------------------------------------------------------------------
 
 
 def _report(published: Published) -> str:
@@ -557,8 +648,11 @@ def main(argv: list[str] | None = None) -> int:
             print(keygen(Path(args.gpg_home)))
         elif args.verb == "image":
             result = build_image(Path(args.out), refresh_base=args.refresh_base)
-            print(json.dumps(asdict(result), indent=2) if args.json else
-                  f"{result.layout}:{result.tag} {result.digest} ({result.seconds}s)")
+            print(
+                json.dumps(asdict(result), indent=2)
+                if args.json
+                else f"{result.layout}:{result.tag} {result.digest} ({result.seconds}s)"
+            )
         elif args.verb == "publish":
             if not args.no_sign and not args.gpg_home:
                 raise ReleaseError("pass --gpg-home DIR (a release key) or --no-sign")

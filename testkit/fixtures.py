@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # the Console's services load only for the tests that ask for
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
-# -- databases and Consoles ---------------------------------------------------------------------
+# -- databases and Consoles ------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
@@ -113,7 +113,7 @@ def flow_console(
     return console
 
 
-# -- the Console's services in-process -----------------------------------------------------------
+# -- the Console's services in-process -------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
@@ -141,7 +141,7 @@ def services(console_schema: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         yield console
 
 
-# -- agents ---------------------------------------------------------------------------------------
+# -- agents ----------------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -217,7 +217,7 @@ def artifacts(builds: Builds) -> Iterator[ArtifactServer]:
         server.stop()
 
 
-# -- the Kubernetes API double --------------------------------------------------------------------
+# -- the Kubernetes API double ---------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -319,7 +319,7 @@ def observer(k8s_console: ConsoleProcess) -> Iterator[NatsObserver]:
         nats_observer.stop()
 
 
-# -- a real control plane (tests/cluster) -------------------------------------------------------
+# -- a real control plane (tests/cluster) ----------------------------------------------------------
 
 CLUSTER_NODES = 3
 
@@ -355,7 +355,7 @@ def cluster_cli(
     return ClusterCli(kube_cluster, helm_binary, kubectl_binary, tmp_path_factory.mktemp("cli"))
 
 
-# -- an OCI registry (tests/release) ----------------------------------------------------------------
+# -- an OCI registry (tests/release) ---------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")

@@ -115,8 +115,9 @@ class StaticServer:
         self._server.server_close()
 
 
-def run_release(*args: str, env: dict[str, str] | None = None,
-                timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+def run_release(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 1200
+) -> subprocess.CompletedProcess[str]:
     """``python scripts/release.py <args>`` to its exit, output captured."""
     return subprocess.run(
         [sys.executable, str(RELEASE_SCRIPT), *args],
@@ -128,13 +129,28 @@ def run_release(*args: str, env: dict[str, str] | None = None,
     )
 
 
-def publish(registry: OciRegistry, repo: StaticServer, out: Path, gpg_home: Path | None,
-            env: dict[str, str] | None = None) -> dict[str, Any]:
+def publish(
+    registry: OciRegistry,
+    repo: StaticServer,
+    out: Path,
+    gpg_home: Path | None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Run the whole pipeline; its ``--json`` report."""
     signing = ["--gpg-home", str(gpg_home)] if gpg_home else ["--no-sign"]
     done = run_release(
-        "publish", "--registry", registry.host, "--plain-http", "--repo-dir",
-        str(repo.directory), "--repo-url", repo.url, "--out", str(out), *signing, "--json",
+        "publish",
+        "--registry",
+        registry.host,
+        "--plain-http",
+        "--repo-dir",
+        str(repo.directory),
+        "--repo-url",
+        repo.url,
+        "--out",
+        str(out),
+        *signing,
+        "--json",
         env=env,
     )
     if done.returncode != 0:
@@ -143,8 +159,9 @@ def publish(registry: OciRegistry, repo: StaticServer, out: Path, gpg_home: Path
     return report
 
 
-def crun_config(rootfs: Path, args: list[str], env: dict[str, str],
-                mounts: dict[str, Path]) -> dict[str, Any]:
+def crun_config(
+    rootfs: Path, args: list[str], env: dict[str, str], mounts: dict[str, Path]
+) -> dict[str, Any]:
     """An OCI runtime config: the image's user and a read-only root, host network (the Console
     is on loopback), a tmpfs /tmp and ``mounts`` (container path -> host dir) read-write, all
     capabilities dropped, no new privileges: what the chart's securityContext asks of a pod."""
@@ -167,10 +184,18 @@ def crun_config(rootfs: Path, args: list[str], env: dict[str, str],
         "hostname": "proxima-agent",
         "mounts": [
             {"destination": "/proc", "type": "proc", "source": "proc"},
-            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
-             "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
-            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
-             "options": ["nosuid", "nodev", "mode=1777", "size=65536k"]},
+            {
+                "destination": "/dev",
+                "type": "tmpfs",
+                "source": "tmpfs",
+                "options": ["nosuid", "strictatime", "mode=755", "size=65536k"],
+            },
+            {
+                "destination": "/tmp",
+                "type": "tmpfs",
+                "source": "tmpfs",
+                "options": ["nosuid", "nodev", "mode=1777", "size=65536k"],
+            },
             *binds,
         ],
         "linux": {
@@ -184,8 +209,15 @@ def crun_config(rootfs: Path, args: list[str], env: dict[str, str],
 class ImageRun:
     """One container started by ``crun run`` from an unpacked bundle (``umoci unpack``)."""
 
-    def __init__(self, bundle: Path, name: str, args: list[str], env: dict[str, str],
-                 mounts: dict[str, Path], log: Path) -> None:
+    def __init__(
+        self,
+        bundle: Path,
+        name: str,
+        args: list[str],
+        env: dict[str, str],
+        mounts: dict[str, Path],
+        log: Path,
+    ) -> None:
         self.bundle = bundle
         self.name = name
         self.log_path = log
@@ -207,14 +239,25 @@ class ImageRun:
         crun = ["crun", "--cgroup-manager=disabled", "--root", str(self.state_root), *args]
         if not os.path.ismount(HYBRID_CGROUP2):
             return crun
-        return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                f'umount {HYBRID_CGROUP2} && exec "$@"', "crun-without-cgroup2", *crun]
+        return [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f'umount {HYBRID_CGROUP2} && exec "$@"',
+            "crun-without-cgroup2",
+            *crun,
+        ]
 
     def start(self) -> ImageRun:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 self._crun("run", "--bundle", str(self.bundle), self.name),
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
             )
         return self
 
@@ -233,8 +276,8 @@ class ImageRun:
             try:
                 self.process.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                subprocess.run(self._crun("kill", self.name, "KILL"), capture_output=True,
-                               check=False)
+                subprocess.run(
+                    self._crun("kill", self.name, "KILL"), capture_output=True, check=False
+                )
                 self.process.wait(timeout=15)
-        subprocess.run(self._crun("delete", "--force", self.name), capture_output=True,
-                       check=False)
+        subprocess.run(self._crun("delete", "--force", self.name), capture_output=True, check=False)

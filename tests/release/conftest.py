@@ -23,8 +23,9 @@ def release_key(oci_registry: OciRegistry, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture(scope="session")
-def helm_repo(oci_registry: OciRegistry, tmp_path_factory: pytest.TempPathFactory
-              ) -> Iterator[StaticServer]:
+def helm_repo(
+    oci_registry: OciRegistry, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StaticServer]:
     server = StaticServer(tmp_path_factory.mktemp("helm-repo"))
     try:
         yield server
@@ -33,23 +34,36 @@ def helm_repo(oci_registry: OciRegistry, tmp_path_factory: pytest.TempPathFactor
 
 
 @pytest.fixture(scope="session")
-def published(oci_registry: OciRegistry, helm_repo: StaticServer, release_key: Path,
-              tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def published(
+    oci_registry: OciRegistry,
+    helm_repo: StaticServer,
+    release_key: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, Any]:
     """``release.py publish --json``: image and chart in the registry, the classic repository
     in ``helm_repo``, everything signed with ``release_key``."""
     return publish(oci_registry, helm_repo, tmp_path_factory.mktemp("dist"), release_key)
 
 
 @pytest.fixture(scope="session")
-def pulled(published: dict[str, Any], oci_registry: OciRegistry,
-           tmp_path_factory: pytest.TempPathFactory) -> Path:
+def pulled(
+    published: dict[str, Any], oci_registry: OciRegistry, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """The published image pulled back by digest with skopeo into an OCI layout (tag
     ``pulled``)."""
     layout = tmp_path_factory.mktemp("pulled") / "oci"
     ref = f"{oci_registry.host}/proxima/proxima-agent@{published['image_digest']}"
     subprocess.run(
-        ["skopeo", "copy", "--quiet", "--src-tls-verify=false", f"docker://{ref}",
-         f"oci:{layout}:pulled"],
-        check=True, capture_output=True, text=True,
+        [
+            "skopeo",
+            "copy",
+            "--quiet",
+            "--src-tls-verify=false",
+            f"docker://{ref}",
+            f"oci:{layout}:pulled",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     return layout

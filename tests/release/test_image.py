@@ -24,8 +24,12 @@ WRITABLE = {"tmp", "var/lib/proxima-agent"}
 
 def _unpack(pulled: Path, into: Path) -> Path:
     bundle = into / "bundle"
-    subprocess.run(["umoci", "unpack", "--image", f"{pulled}:pulled", str(bundle)],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        ["umoci", "unpack", "--image", f"{pulled}:pulled", str(bundle)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return bundle
 
 
@@ -64,8 +68,11 @@ def test_nothing_but_the_data_directory_and_tmp_is_writable_by_the_agent_user(bu
             if stat.S_ISLNK(st.st_mode):
                 continue
             mode = st.st_mode
-            if (st.st_uid == UID and mode & stat.S_IWUSR) or (st.st_gid == UID and mode & stat.S_IWGRP) \
-                    or mode & stat.S_IWOTH:
+            if (
+                (st.st_uid == UID and mode & stat.S_IWUSR)
+                or (st.st_gid == UID and mode & stat.S_IWGRP)
+                or mode & stat.S_IWOTH
+            ):
                 writable.append(str(path.relative_to(rootfs)))
     assert sorted(writable) == sorted(WRITABLE)
     data = (rootfs / "var/lib/proxima-agent").stat()
@@ -75,7 +82,9 @@ def test_nothing_but_the_data_directory_and_tmp_is_writable_by_the_agent_user(bu
 def test_the_image_holds_debians_python_and_the_pinned_agent_and_no_installer(bundle: Path):
     rootfs = bundle / "rootfs"
     status = (rootfs / "var/lib/dpkg/status").read_text()
-    packages = {line.split(": ", 1)[1] for line in status.splitlines() if line.startswith("Package: ")}
+    packages = {
+        line.split(": ", 1)[1] for line in status.splitlines() if line.startswith("Package: ")
+    }
     assert {"python3", "python3.11", "ca-certificates", "libc6"} <= packages
     assert not packages & {"apt", "perl", "usrmerge", "python3-pip"}
     site = next(rootfs.glob("opt/proxima-agent/lib/python3*/site-packages"))
@@ -90,9 +99,14 @@ def test_the_image_holds_debians_python_and_the_pinned_agent_and_no_installer(bu
 
 
 def test_the_entrypoint_prints_its_help_as_65532_on_a_read_only_root(bundle: Path, tmp_path):
-    run = ImageRun(bundle, f"help-{os.getpid()}", ["/opt/proxima-agent/bin/proxima-agent",
-                   "--help"], {}, {"/var/lib/proxima-agent": _data_dir(tmp_path)},
-                   tmp_path / "help.log").start()
+    run = ImageRun(
+        bundle,
+        f"help-{os.getpid()}",
+        ["/opt/proxima-agent/bin/proxima-agent", "--help"],
+        {},
+        {"/var/lib/proxima-agent": _data_dir(tmp_path)},
+        tmp_path / "help.log",
+    ).start()
     try:
         assert run.wait(timeout=60) == 0, run.log()
     finally:
@@ -118,13 +132,20 @@ def test_the_agent_in_the_image_enrolls_and_heartbeats_against_a_console(
     script = (
         "import os\n"
         "for p in ('/opt/proxima-agent/x', '/etc/x', '/usr/x', '/var/tmp/x'):\n"
-        "    try:\n        open(p, 'w')\n    except OSError as e:\n        print('refused', p, e.errno)\n"
+        "    try:\n        open(p, 'w')\n"
+        "    except OSError as e:\n        print('refused', p, e.errno)\n"
         "    else:\n        raise SystemExit('wrote ' + p)\n"
         "print('uid', os.getuid(), os.getgid())\n"
         "os.execv('/opt/proxima-agent/bin/proxima-agent', ['proxima-agent', 'run'])\n"
     )
-    agent = ImageRun(bundle, f"agent-{os.getpid()}", ["/opt/proxima-agent/bin/python", "-c",
-                     script], env, {"/var/lib/proxima-agent": data}, tmp_path / "agent.log")
+    agent = ImageRun(
+        bundle,
+        f"agent-{os.getpid()}",
+        ["/opt/proxima-agent/bin/python", "-c", script],
+        env,
+        {"/var/lib/proxima-agent": data},
+        tmp_path / "agent.log",
+    )
     agent.start()
     try:
         try:
@@ -132,11 +153,17 @@ def test_the_agent_in_the_image_enrolls_and_heartbeats_against_a_console(
         except Exception as exc:
             raise AssertionError(f"{exc}; the container's log:\n{agent.log()[-2000:]}") from exc
         agent_id = json.loads((data / "state.json").read_text())["agent_id"]
-        wait_for(lambda: console.agent(agent_id)["status"] == "online", timeout=60,
-                 what="the agent online")
+        wait_for(
+            lambda: console.agent(agent_id)["status"] == "online",
+            timeout=60,
+            what="the agent online",
+        )
         first = console.agent(agent_id)["last_seen_at"]
-        wait_for(lambda: console.agent(agent_id)["last_seen_at"] != first, timeout=30,
-                 what="a later heartbeat")
+        wait_for(
+            lambda: console.agent(agent_id)["last_seen_at"] != first,
+            timeout=30,
+            what="a later heartbeat",
+        )
         record = console.agent(agent_id)
         assert record["version"] == contracts.VERSION
         assert f"uid {UID} {UID}" in agent.log()
@@ -152,6 +179,8 @@ def test_a_second_build_gives_the_same_digest(published: dict[str, Any], tmp_pat
     assert done.returncode == 0, done.stderr
     again = json.loads(done.stdout)
     assert again["digest"] == published["image_digest"]
-    first_layers = sorted(p.name for p in Path(published["build"]["layout"], "blobs/sha256").iterdir())
+    first_layers = sorted(
+        p.name for p in Path(published["build"]["layout"], "blobs/sha256").iterdir()
+    )
     second_layers = sorted(p.name for p in (tmp_path / "again/blobs/sha256").iterdir())
     assert first_layers == second_layers

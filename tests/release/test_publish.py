@@ -38,8 +38,9 @@ def _images(output: str) -> set[str]:
 
 
 def _install(helm: Helm, chart: str, *extra: str, ci_values: dict[str, Path]) -> str:
-    done = helm.run(["install", "proxima-agent", chart, *INSTALL, "-f",
-                     str(ci_values["quick-start"]), *extra])
+    done = helm.run(
+        ["install", "proxima-agent", chart, *INSTALL, "-f", str(ci_values["quick-start"]), *extra]
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -59,7 +60,8 @@ def test_the_registry_holds_the_image_under_the_built_digest(
 ):
     raw = subprocess.run(
         ["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{published['image_tag']}"],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     ).stdout
     import hashlib
 
@@ -72,8 +74,14 @@ def test_the_registry_holds_the_image_under_the_built_digest(
 def test_helm_install_from_the_oci_registry_pins_the_image_by_digest(
     published: dict[str, Any], oci_registry: OciRegistry, fresh_helm: Helm, ci_values
 ):
-    rendered = _install(fresh_helm, f"oci://{oci_registry.host}/proxima/charts/proxima-agent",
-                        "--version", contracts.VERSION, "--plain-http", ci_values=ci_values)
+    rendered = _install(
+        fresh_helm,
+        f"oci://{oci_registry.host}/proxima/charts/proxima-agent",
+        "--version",
+        contracts.VERSION,
+        "--plain-http",
+        ci_values=ci_values,
+    )
     assert _images(rendered) == {published["image"]}
     assert published["image"] == (
         f"{oci_registry.host}/proxima/proxima-agent@{published['image_digest']}"
@@ -92,8 +100,9 @@ def test_helm_repo_add_then_install_proxima_agent_renders_the_same_pinned_image(
     assert _images(rendered) == {published["image"]}
 
 
-def test_the_index_points_at_the_published_archive(published: dict[str, Any],
-                                                    helm_repo: StaticServer):
+def test_the_index_points_at_the_published_archive(
+    published: dict[str, Any], helm_repo: StaticServer
+):
     index = yaml.safe_load(Path(published["index"]).read_text())
     (entry,) = index["entries"]["proxima-agent"]
     assert entry["version"] == entry["appVersion"] == contracts.VERSION
@@ -102,7 +111,10 @@ def test_the_index_points_at_the_published_archive(published: dict[str, Any],
 
 
 def test_the_chart_carries_a_provenance_file_helm_verifies(
-    published: dict[str, Any], release_key: Path, fresh_helm: Helm, helm_repo: StaticServer,
+    published: dict[str, Any],
+    release_key: Path,
+    fresh_helm: Helm,
+    helm_repo: StaticServer,
     tmp_path: Path,
 ):
     keyring = helm_repo.directory / "proxima-release.gpg"
@@ -112,8 +124,17 @@ def test_the_chart_carries_a_provenance_file_helm_verifies(
     assert "Signed by: Proxima Release" in verified.stdout + verified.stderr
     # Pulled through the repository with --verify, as an operator would.
     fresh_helm.run(["repo", "add", "proxima", helm_repo.url])
-    pulled = fresh_helm.run(["pull", "proxima/proxima-agent", "--verify", "--keyring",
-                             str(keyring), "--destination", str(tmp_path)])
+    pulled = fresh_helm.run(
+        [
+            "pull",
+            "proxima/proxima-agent",
+            "--verify",
+            "--keyring",
+            str(keyring),
+            "--destination",
+            str(tmp_path),
+        ]
+    )
     assert pulled.returncode == 0, pulled.stderr
     # A tampered archive fails.
     tampered = tmp_path / "tampered" / Path(published["chart_archive"]).name
@@ -128,9 +149,11 @@ def _policy(tmp_path: Path, host: str, key: Path) -> Path:
     policy = {
         "default": [{"type": "reject"}],
         "transports": {
-            "docker": {f"{host}/proxima/proxima-agent": [
-                {"type": "signedBy", "keyType": "GPGKeys", "keyPath": str(key)}
-            ]},
+            "docker": {
+                f"{host}/proxima/proxima-agent": [
+                    {"type": "signedBy", "keyType": "GPGKeys", "keyPath": str(key)}
+                ]
+            },
             "oci": {"": [{"type": "insecureAcceptAnything"}]},
         },
     }
@@ -152,10 +175,20 @@ def test_the_image_signature_verifies_with_the_release_key_and_not_another(
 
     def pull(key: Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["skopeo", "copy", "--quiet", "--src-tls-verify=false", "--policy",
-             str(_policy(tmp_path, oci_registry.host, key)), "--registries.d", str(registries),
-             ref, f"oci:{tmp_path / key.stem}:v"],
-            capture_output=True, text=True,
+            [
+                "skopeo",
+                "copy",
+                "--quiet",
+                "--src-tls-verify=false",
+                "--policy",
+                str(_policy(tmp_path, oci_registry.host, key)),
+                "--registries.d",
+                str(registries),
+                ref,
+                f"oci:{tmp_path / key.stem}:v",
+            ],
+            capture_output=True,
+            text=True,
         )
 
     good = pull(helm_repo.directory / "proxima-release.gpg")
@@ -167,3 +200,42 @@ def test_the_image_signature_verifies_with_the_release_key_and_not_another(
     bad = pull(other_home / "proxima-release.gpg")
     assert bad.returncode != 0
     assert "signature" in bad.stderr.lower()
+
+
+def test_the_wizards_commands_install_the_published_chart(
+    published: dict[str, Any],
+    oci_registry: OciRegistry,
+    helm_repo: StaticServer,
+    fresh_helm: Helm,
+):
+    """The onboarding wizard, its settings pointed at what `publish` printed
+    (PROXIMA_CHART_REPO_URL, PROXIMA_CHART_REF), writes commands that install the release."""
+    import shlex
+
+    from console.web.install_commands import InstallPlan
+
+    oci_chart = f"oci://{oci_registry.host}/proxima/charts/proxima-agent"
+    for chart, extra in (("proxima/proxima-agent", []), (oci_chart, ["--plain-http"])):
+        plan = InstallPlan(
+            backend_url="https://console.example",
+            install_token="pxi_example",
+            cluster_name="prod",
+            cluster_slug="prod",
+            host_data_dir=None,
+            chart_version=contracts.VERSION,
+            chart=chart,
+            repo_url=helm_repo.url,
+        )
+        assert fresh_helm.run(["repo", "add", "proxima", plan.repo_url]).returncode == 0
+        words = shlex.split(plan.helm_command().replace("\\\n", " "))
+        assert words[:3] == ["helm", "upgrade", "--install"]
+        assert words[words.index("--version") + 1] == contracts.VERSION
+        done = fresh_helm.run(["install", *words[3:], "--dry-run=client", *extra])
+        assert done.returncode == 0, done.stderr
+        assert _images(done.stdout) == {published["image"]}
+        source = yaml.safe_load(plan.argo_application())["spec"]["source"]
+        assert source["targetRevision"] == contracts.VERSION
+        expected = (
+            helm_repo.url if chart.startswith("proxima/") else f"{oci_registry.host}/proxima/charts"
+        )
+        assert (source["repoURL"], source["chart"]) == (expected, "proxima-agent")

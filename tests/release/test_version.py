@@ -73,7 +73,14 @@ def test_pinning_sets_both_agents_image_to_the_digest():
 
 
 def test_usage_errors_are_one_line():
-    done = run_release("publish", "--registry", "127.0.0.1:1", "--repo-dir", "/nonexistent",
-                       "--repo-url", "http://x")
+    done = run_release(
+        "publish",
+        "--registry",
+        "127.0.0.1:1",
+        "--repo-dir",
+        "/nonexistent",
+        "--repo-url",
+        "http://x",
+    )
     assert done.returncode == 1
     assert done.stderr.strip() == "release: error: pass --gpg-home DIR (a release key) or --no-sign"
