@@ -270,7 +270,7 @@ def build_agent_layer(
             "compileall",
             "-q",
             "-j",
-            "1",
+            "0",
             "--invalidation-mode",
             "unchecked-hash",
             f"{AGENT_HOME}/lib",

@@ -85,8 +85,12 @@ def _load(name: str) -> ModuleType:
 oci_image = _load("oci_image")
 
 
+_STARTED = time.monotonic()
+
+
 def say(message: str) -> None:
-    print(f"release: {message}", file=sys.stderr, flush=True)
+    elapsed = time.monotonic() - _STARTED
+    print(f"release: [{elapsed:5.0f}s] {message}", file=sys.stderr, flush=True)
 
 
 def run(cmd: list[str], **kwargs: Any) -> str:
