@@ -548,6 +548,7 @@ def publish(args: argparse.Namespace) -> Published:
         if path.is_file():
             shutil.copy2(path, repo_dir / path.name)
     run([helm_binary(), "repo", "index", repo_dir, "--url", args.repo_url])
+    write_contents(repo_dir / f"proxima-agent-{version}.contents.txt", image)
     public_key = None
     if signing is not None:
         public_key = repo_dir / "proxima-release.gpg"
@@ -572,6 +573,14 @@ def publish(args: argparse.Namespace) -> Published:
         public_key=str(public_key) if public_key else None,
         build=image,
     )
+
+
+def write_contents(target: Path, image: ImageResult) -> None:
+    """What the image holds, beside the chart: its digest, Debian's packages, the venv's."""
+    lines = [f"# proxima-agent {image.tag} {image.digest}", "# debian (dpkg)"]
+    lines += image.packages
+    lines += ["# python (/opt/proxima-agent)", *image.python_packages]
+    target.write_text("\n".join(lines) + "\n")
 
 
 def _signature_path(repo_dir: Path, digest: str) -> Path | None:

@@ -100,6 +100,15 @@ def test_helm_repo_add_then_install_proxima_agent_renders_the_same_pinned_image(
     assert _images(rendered) == {published["image"]}
 
 
+def test_the_images_contents_are_listed_beside_the_chart(
+    published: dict[str, Any], helm_repo: StaticServer
+):
+    listed = (helm_repo.directory / f"proxima-agent-{contracts.VERSION}.contents.txt").read_text()
+    assert published["image_digest"] in listed.splitlines()[0]
+    assert any(line.startswith("python3.11 ") for line in listed.splitlines())
+    assert f"proxima_fleet {contracts.VERSION}" in listed.splitlines()
+
+
 def test_the_index_points_at_the_published_archive(
     published: dict[str, Any], helm_repo: StaticServer
 ):
