@@ -81,6 +81,26 @@ def ensure_chromium() -> None:
         apt_install("chromium")
 
 
+#: Debian packages of the release lane (tests/release, scripts/release.py): the OCI registry,
+#: image copy/unpack/run, the base image builder and the signer; binary -> package
+RELEASE_TOOLS = {
+    "docker-registry": "docker-registry",
+    "skopeo": "skopeo",
+    "umoci": "umoci",
+    "mmdebstrap": "mmdebstrap",
+    "crun": "crun",
+    "gpg": "gpg",
+}
+
+
+def ensure_release_tools() -> None:
+    """Debian's registry, skopeo, umoci, mmdebstrap, crun and gpg for the release lane (it
+    fails under CI=true without them)."""
+    missing = [pkg for tool, pkg in RELEASE_TOOLS.items() if not shutil.which(tool)]
+    if missing:
+        apt_install(*missing)
+
+
 def ensure_control_plane() -> None:
     """Build (once, cached by version) the Kubernetes control plane the tests/cluster lane runs:
     from source through the Go module proxy, so a cold build takes a while; progress shows.
@@ -94,6 +114,7 @@ def ensure_control_plane() -> None:
 def test(pytest_args: list[str]) -> int:
     setup()
     ensure_chromium()
+    ensure_release_tools()
     ensure_control_plane()
     # The package index is reachable (setup just used it): run the self-contained build test too.
     env = {
@@ -101,6 +122,9 @@ def test(pytest_args: list[str]) -> int:
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PROXIMA_TEST_SELF_CONTAINED": "1",
     }
+    # The release lane's Debian base and wheels (tests/release) live beside pip's and Go's
+    # caches, so a fresh clone on the same machine reuses them (keyed by content).
+    env.setdefault("PROXIMA_RELEASE_CACHE", str(Path.home() / ".cache" / "proxima" / "release"))
     if ensure_postgres():
         env["PROXIMA_REQUIRE_POSTGRES"] = "1"
     else:

@@ -29,13 +29,14 @@ from testkit.k8s import MAX_PAYLOAD, NatsObserver
 from testkit.kube import KubeApiDouble
 from testkit.nats import NatsServer
 from testkit.postgres import PostgresUnavailableError, ThrowawayPostgres
+from testkit.release import OciRegistry, missing_tools
 
 if TYPE_CHECKING:  # the Console's services load only for the tests that ask for them
     from testkit.services import InProcessConsole
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
-# -- databases and Consoles ---------------------------------------------------------------------
+# -- databases and Consoles ------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
@@ -112,7 +113,7 @@ def flow_console(
     return console
 
 
-# -- the Console's services in-process -----------------------------------------------------------
+# -- the Console's services in-process -------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
@@ -140,7 +141,7 @@ def services(console_schema: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         yield console
 
 
-# -- agents ---------------------------------------------------------------------------------------
+# -- agents ----------------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -216,7 +217,7 @@ def artifacts(builds: Builds) -> Iterator[ArtifactServer]:
         server.stop()
 
 
-# -- the Kubernetes API double --------------------------------------------------------------------
+# -- the Kubernetes API double ---------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -318,7 +319,7 @@ def observer(k8s_console: ConsoleProcess) -> Iterator[NatsObserver]:
         nats_observer.stop()
 
 
-# -- a real control plane (tests/cluster) -------------------------------------------------------
+# -- a real control plane (tests/cluster) ----------------------------------------------------------
 
 CLUSTER_NODES = 3
 
@@ -352,3 +353,24 @@ def cluster_cli(
 ) -> ClusterCli:
     """helm and kubectl with the cluster's admin kubeconfig and an empty helm home."""
     return ClusterCli(kube_cluster, helm_binary, kubectl_binary, tmp_path_factory.mktemp("cli"))
+
+
+# -- an OCI registry (tests/release) ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def oci_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OciRegistry]:
+    """Debian's ``docker-registry`` (the CNCF distribution server) on 127.0.0.1, plain HTTP,
+    stopped after the run. Skips where the release tools are missing; under ``CI=true`` fails
+    instead (scripts/dev.py installs them)."""
+    missing = missing_tools()
+    if missing:
+        reason = f"the release lane needs {', '.join(missing)} (scripts/dev.py installs them)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    registry = OciRegistry(tmp_path_factory.mktemp("oci-registry")).start()
+    try:
+        yield registry
+    finally:
+        registry.stop()

@@ -174,13 +174,16 @@ class ConsoleSettings(BaseSettings):
     chart_ref: str = Field(
         default="proxima/proxima-agent",
         description="What the onboarding wizard's helm commands install: <repo>/<chart> after "
-        "`helm repo add`, an oci:// reference, or the chart's directory "
-        "(./chart/proxima-agent) where no repository is published.",
+        "`helm repo add`, an oci:// reference (what `scripts/release.py publish` printed: "
+        "oci://<registry>/proxima/charts/proxima-agent), or the chart's directory "
+        "(./chart/proxima-agent) where no repository is published. A published chart is "
+        "pinned with --version to this Console's version.",
     )
     chart_repo_url: str = Field(
         default="https://gitlab.prxm.uz/api/v4/projects/271/packages/helm/stable",
-        description="The Helm repository the wizard's `helm repo add` and Argo CD Application "
-        "name (the chart page's GitLab Package Registry by default).",
+        description="The classic Helm repository the wizard's `helm repo add` and Argo CD "
+        "Application name: the --repo-url `scripts/release.py publish` wrote index.yaml for "
+        "(docs/releasing.md). Default: the chart page's GitLab Package Registry.",
     )
     prefect_ui_url: str | None = Field(
         default=None,

@@ -87,14 +87,33 @@ class InstallPlan:
             values.append(("nodeAgent.hostDataDir", self.host_data_dir))
         return values
 
+    @property
+    def published(self) -> bool:
+        """The chart comes from a repository or a registry (not a directory): the commands pin
+        ``--version`` to this Console's version, as Argo CD's ``targetRevision`` does."""
+        return not self.chart.startswith((".", "/"))
+
+    def _version_flag(self) -> list[str]:
+        return [f"--version {self.chart_version}"] if self.published else []
+
     def helm_command(self) -> str:
         lines = [
             f"helm upgrade --install {RELEASE} {self.chart}",
             f"--namespace {NAMESPACE}",
             "--create-namespace",
+            *self._version_flag(),
             *(helm_set(k, v) for k, v in self.set_values()),
         ]
         return _continued(lines)
+
+    def argo_source(self) -> tuple[str, str]:
+        """Argo CD's ``repoURL`` and ``chart``: an ``oci://`` chart reference is split into the
+        registry path (Argo CD takes it without the scheme) and the chart name; otherwise the
+        classic repository (``PROXIMA_CHART_REPO_URL``)."""
+        if self.chart.startswith("oci://"):
+            path, _, name = self.chart.removeprefix("oci://").rpartition("/")
+            return path, name
+        return self.repo_url, RELEASE
 
     def secret_commands(self) -> str:
         create = _continued(
@@ -136,12 +155,14 @@ class InstallPlan:
             [
                 f"helm upgrade --install {RELEASE} {self.chart}",
                 f"--namespace {NAMESPACE}",
+                *self._version_flag(),
                 f"-f {VALUES_FILE}",
             ]
         )
 
     def argo_application(self) -> str:
         values = "\n".join(f"        {line}" for line in self._values_lines())
+        repo_url, chart = self.argo_source()
         return (
             "apiVersion: argoproj.io/v1alpha1\n"
             "kind: Application\n"
@@ -151,8 +172,8 @@ class InstallPlan:
             "spec:\n"
             "  project: default\n"
             "  source:\n"
-            f"    repoURL: {self.repo_url}\n"
-            f"    chart: {RELEASE}\n"
+            f"    repoURL: {repo_url}\n"
+            f"    chart: {chart}\n"
             f"    targetRevision: {self.chart_version}"
             "          # pin to a published chart version\n"
             "    helm:\n"

@@ -72,8 +72,8 @@ def control_plane_node(kube_cluster: KubeCluster) -> Iterator[str]:
 def wizard_console(
     console_factory: Any, prefect_api_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> ConsoleProcess:
-    # No repository is published here: the Console points its commands at the chart's
-    # directory (PROXIMA_CHART_REF), so the page's commands run verbatim.
+    # The Console points its commands at the chart's directory (PROXIMA_CHART_REF), so the
+    # page's commands run verbatim; tests/release runs them against the published chart.
     console: ConsoleProcess = console_factory(
         name="wizard-console",
         env={"PROXIMA_PREFECT_API_URL": prefect_api_url, "PROXIMA_CHART_REF": str(CHART)},
