@@ -122,9 +122,8 @@ def test(pytest_args: list[str]) -> int:
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PROXIMA_TEST_SELF_CONTAINED": "1",
     }
-    # The release lane's Debian base and wheels (tests/release) live beside pip's and Go's
-    # caches, so a fresh clone on the same machine reuses them (keyed by content).
-    env.setdefault("PROXIMA_RELEASE_CACHE", str(Path.home() / ".cache" / "proxima" / "release"))
+    # The release lane's Debian base and wheels (tests/release) are cached in the repo's own
+    # .cache/release (keyed by content); set PROXIMA_RELEASE_CACHE to share them between clones.
     if ensure_postgres():
         env["PROXIMA_REQUIRE_POSTGRES"] = "1"
     else:
