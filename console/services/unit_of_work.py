@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol, TypeVar
@@ -65,6 +66,17 @@ class UnitOfWork:
         self.effects.append(effect)
 
 
+class _NoLock:
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *_exc: object) -> None:
+        return None
+
+
+_NO_LOCK = _NoLock()
+
+
 class UnitsOfWork:
     """Runs units of work against one engine; owns the SQLite writer lock."""
 
@@ -73,10 +85,26 @@ class UnitsOfWork:
         # SQLite has one writer at a time; queueing writers here instead of in SQLite's busy
         # handler (which sleeps in coarse steps) keeps enrollment latency flat under load.
         self._write_lock = threading.Lock() if serialize_writes else None
+        # ... and writers coming from the event loop queue on the loop first, in arrival order
+        # (``asyncio.Lock`` is FIFO; a contended ``threading.Lock`` is not, which gave the
+        # enrollment benchmark its long tail), so one worker thread at a time waits for the
+        # writer lock instead of every request's thread.
+        self._loop_writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
         self.database = Dependency("database")
 
     def writer(self) -> AbstractContextManager[object]:
         return self._write_lock if self._write_lock is not None else nullcontext()
+
+    def _loop_writer(self) -> asyncio.Lock | _NoLock:
+        if self._write_lock is None:
+            return _NO_LOCK
+        loop = asyncio.get_running_loop()
+        lock = self._loop_writers.get(loop)
+        if lock is None:
+            lock = self._loop_writers[loop] = asyncio.Lock()
+        return lock
 
     def run_sync(
         self,
@@ -108,9 +136,10 @@ class UnitsOfWork:
     ) -> T:
         """Hop to a worker thread for the transaction, then run its effects here, in order."""
         try:
-            result, effects = await anyio.to_thread.run_sync(
-                lambda: self.run_sync(work, write=write, commit_on=commit_on)
-            )
+            async with self._loop_writer() if write else _NO_LOCK:
+                result, effects = await anyio.to_thread.run_sync(
+                    lambda: self.run_sync(work, write=write, commit_on=commit_on)
+                )
         except Exception as e:
             if not database_unreachable(e):
                 raise
