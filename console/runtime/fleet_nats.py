@@ -179,7 +179,7 @@ class FleetNats:
         async def request(subject: str, data: bytes) -> bytes:
             return bytes((await sys_nc.request(subject, data, timeout=5.0)).data)
 
-        self.pusher = ClaimsPusher(load=self._claims, request=request)
+        self.pusher = ClaimsPusher(load=self._claims, version=self._version, request=request)
         self.pusher.start()
         await sys_nc.subscribe(AUTH_ERRORS, queue=INGEST_QUEUE, cb=self.ingester.on_auth_error)
         self.guard = ConnectionGuard(
@@ -223,10 +223,15 @@ class FleetNats:
                 waiting = True
             await asyncio.sleep(every)
 
-    async def _claims(self) -> list[tuple[str, str]]:
+    async def _version(self) -> int:
+        return await self.units.run(lambda u: nats_keys.claims_version(u.session))
+
+    async def _claims(self) -> tuple[int, list[tuple[str, str]]]:
         assert self.authority is not None
         authority = self.authority
-        states = await self.units.run(lambda u: nats_keys.account_states(u.session))
+        version, states = await self.units.run(
+            lambda u: (nats_keys.claims_version(u.session), nats_keys.account_states(u.session))
+        )
         for state in states:
             self._accounts.setdefault(state.environment_id, state.key)
         claims = []
@@ -237,7 +242,7 @@ class FleetNats:
                 cached = (content, authority.account_jwt(st.key, st.name, st.revocations))
                 self._signed[st.name] = cached
             claims.append((st.public_key, cached[1]))
-        return claims
+        return version, claims
 
     async def sync(self) -> None:
         """Every environment has an account, pushed, and a link into it."""
