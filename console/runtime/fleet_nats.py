@@ -28,6 +28,7 @@ from prometheus_client import Counter, Histogram
 
 from console.core.outages import Dependency
 from console.core.settings import ConsoleSettings
+from console.core.stop_signals import stop_requested
 from console.ingest import Ingester
 from console.nats.accounts import AccountLinks
 from console.nats.claims import ClaimsPusher
@@ -192,7 +193,23 @@ class FleetNats:
     async def _until_reachable(self, every: float = 2.0) -> None:
         """Wait until a NATS server accepts TCP connections, saying so once: an external
         server may start after the Console (no bring-up order to follow). Gives up after
-        ``PROXIMA_NATS_CONNECT_WAIT_SECONDS`` with one line."""
+        ``PROXIMA_NATS_CONNECT_WAIT_SECONDS`` with one line, and at once on SIGTERM/SIGINT."""
+        with stop_requested() as stop:
+            waiting = asyncio.create_task(self._poll_reachable(every))
+            stopping = asyncio.create_task(stop.wait())
+            try:
+                await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (waiting, stopping):
+                    task.cancel()
+            if not waiting.cancelled() and waiting.done():
+                waiting.result()  # reachable, or the one-line error
+                return
+            raise NatsServerError(
+                f"stopped while waiting for NATS at {self.url} to accept a connection"
+            )
+
+    async def _poll_reachable(self, every: float) -> None:
         waiting = False
         deadline = time.monotonic() + self.settings.nats_connect_wait_seconds
         while True:
