@@ -44,5 +44,5 @@ def stop_requested() -> Iterator[asyncio.Event]:
     try:
         yield stop
     finally:
-        for sig, before in previous.items():
-            signal.signal(sig, before)
+        for signum, before in previous.items():
+            signal.signal(signum, before)
