@@ -72,8 +72,12 @@ class Swarm:
         ack_timeout: float = 2.0,
         retry_max: float = 2.0,
         result_delay: float = 0.0,
+        nats_servers: list[str] | None = None,
     ) -> None:
         self.console = console
+        # Where the agents connect (default: the Console's embedded server); a cluster's nodes
+        # are tried in random order, so the agents spread over them.
+        self.nats_servers = nats_servers or [console.nats_url]
         self.count = count
         self.prefix = prefix
         self.version = version
@@ -119,7 +123,7 @@ class Swarm:
             self.agents = list(await asyncio.gather(*(enroll(i) for i in idents)))
         for agent in self.agents:
             nc = await nats.connect(
-                self.console.nats_url,
+                self.nats_servers,
                 **agent.ident.nats_options(),
                 inbox_prefix=subjects.agent_inbox_prefix(agent.agent_id),
                 max_reconnect_attempts=-1,
