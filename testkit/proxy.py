@@ -82,5 +82,5 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
     finally:
         try:
             writer.close()
-        except Exception:  # noqa: S110 - the other side is gone already
+        except Exception:
             pass

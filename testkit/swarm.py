@@ -93,6 +93,7 @@ class Swarm:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._conns: list[Any] = []
+        self._conn_of: dict[str, Any] = {}  # agent id -> its connection
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> Swarm:
@@ -131,6 +132,7 @@ class Swarm:
                 error_cb=_quiet,
             )
             self._conns.append(nc)
+            self._conn_of[agent.agent_id] = nc
             await nc.subscribe(subjects.commands(agent.agent_id), cb=self._handler(nc, agent))
             self._tasks.append(asyncio.create_task(self._beat(nc, agent)))
         for nc in self._conns:
@@ -212,6 +214,10 @@ class Swarm:
                 await nc.close()
             except Exception:
                 pass
+
+    def connected(self, agent_id: str) -> bool:
+        """Whether this agent's connection is up now (it reconnects forever otherwise)."""
+        return bool(self._conn_of[agent_id].is_connected)
 
     def deliveries(self) -> list[Delivery]:
         return [d for a in self.agents for d in list(a.deliveries.values())]
