@@ -360,10 +360,29 @@ def test_nats_killed_mid_wave_loses_no_result_and_revocation_still_cuts(
 
     Broke: nobody restarted the server, and after a nats-server restart outside the Console
     revocation silently stopped working."""
-    f: Fleet = fleet(database_url=database_url, PROXIMA_NATS_CLAIMS_RESYNC_SECONDS="3600")
+    # After the restart every agent reconnects at once: on a busy 2-core machine the swarm
+    # (500 connections in one Python thread) took up to ~15 s to get every result through, past
+    # the 8 s grace of the tests above; 30 s is still half the default (60 s).
+    f: Fleet = fleet(
+        database_url=database_url,
+        PROXIMA_NATS_CLAIMS_RESYNC_SECONDS="3600",
+        PROXIMA_RESULT_GRACE_SECONDS="30",
+    )
     f.create(_artifact(builds, artifacts))
     f.run_wave(0)
     f.post("/waves/1/dispatch")
+    # Mid-wave: every command of wave 1 is with its agent (commands are published once; one
+    # still in the server's buffers when it dies is lost with it: see docs/scaling.md), and
+    # the results are on their way (the swarm answers within 4 s).
+    wave1 = f.get()["waves"][1]["size"]
+    wait_for(
+        lambda: (
+            sum(f.swarm.received_by().values()) + REAL_AGENTS >= 1 + wave1
+            and all(" (self_update) received" in a.log() for a in f.real)
+        ),
+        timeout=60,
+        what="every command of wave 1 received",
+    )
     assert f.console.process is not None
     children = psutil.Process(f.console.process.pid).children()
     server = next(c for c in children if c.name().startswith("nats-server"))
@@ -384,14 +403,21 @@ def test_nats_killed_mid_wave_loses_no_result_and_revocation_still_cuts(
     f.wait_wave(1)
     wait_for(lambda: f.real_succeeded(f.get()) == REAL_AGENTS, timeout=120,
              what="the real agents' updates")  # fmt: skip
-    during = [d for d in f.swarm.deliveries() if killed_at <= d.first_sent <= back_at]
+    # In flight at the kill (sent, not acknowledged) or sent while the server was down.
+    during = [
+        d
+        for d in f.swarm.deliveries()
+        if d.first_sent <= back_at and (d.acked is None or d.acked >= killed_at)
+    ]
     lost = f.lost(during)
     rollout = f.get()
     print(
         f"\nnats-server SIGKILLed: back {back_at - killed_at:.1f} s later; {len(during)} "
-        f"simulated results sent meanwhile, {len(during) - len(lost)} recorded after it, "
+        f"simulated results in flight or sent meanwhile, {len(during) - len(lost)} recorded "
+        "after it, "
         f"{len(lost)} lost; retries (all results) "
-        f"{sum(d.attempts - 1 for d in f.swarm.deliveries())}"
+        f"{sum(d.attempts - 1 for d in f.swarm.deliveries())}; the last result acknowledged "
+        f"{max(d.acked or 0 for d in f.swarm.deliveries()) - back_at:.1f} s after NATS was back"
     )
     assert during, "no result was sent during the fault: the test proves nothing"
     assert lost == []
