@@ -45,6 +45,7 @@ class Delivery:
     attempts: int = 0
     acked: float | None = None
     outcome: str | None = None
+    last_error: str | None = None  # why the last unsettled attempt was (an exception's type)
 
 
 @dataclass
@@ -178,8 +179,8 @@ class Swarm:
                     subjects.command_result(agent.agent_id), payload, timeout=self.ack_timeout
                 )
                 outcome = json.loads(reply.data).get("outcome")
-            except Exception:  # no responders, timeout, reconnecting: keep it, try again
-                outcome = None
+            except Exception as e:  # no responders, timeout, reconnecting: keep it, try again
+                outcome, record.last_error = None, type(e).__name__
             if outcome is not None and outcome != "unavailable":
                 record.acked, record.outcome = time.time(), outcome
                 return

@@ -150,6 +150,8 @@ class FleetNats:
         async def reconnected() -> None:
             log.warning("nats system connection reconnected: pushing every account again")
             self.health.ok()
+            if self.guard is not None:
+                self.guard.reset()
             if self.pusher is not None:
                 self.pusher.push_all()
 

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,7 @@ class Fleet:
             lambda: (r := self.get())["waves"][wave]["done"] and r,
             timeout=timeout,
             what=f"every result of wave {wave}",
+            interval=0.5,  # each read serialises every target: not 20 times a second
         )
 
     def lost(self, during: list[Delivery]) -> list[Delivery]:
@@ -360,13 +362,13 @@ def test_nats_killed_mid_wave_loses_no_result_and_revocation_still_cuts(
 
     Broke: nobody restarted the server, and after a nats-server restart outside the Console
     revocation silently stopped working."""
-    # After the restart every agent reconnects at once: on a busy 2-core machine the swarm
-    # (500 connections in one Python thread) took up to ~15 s to get every result through, past
-    # the 8 s grace of the tests above; 30 s is still half the default (60 s).
+    # After the restart every agent reconnects and sends at once: on a busy 2-core machine the
+    # last result got through 11-26 s (once over 30 s) after the server was back, past the 8 s
+    # grace of the tests above. This one runs with the Console's default grace (60 s).
     f: Fleet = fleet(
         database_url=database_url,
         PROXIMA_NATS_CLAIMS_RESYNC_SECONDS="3600",
-        PROXIMA_RESULT_GRACE_SECONDS="30",
+        PROXIMA_RESULT_GRACE_SECONDS="60",
     )
     f.create(_artifact(builds, artifacts))
     f.run_wave(0)
@@ -420,7 +422,7 @@ def test_nats_killed_mid_wave_loses_no_result_and_revocation_still_cuts(
         f"{max(d.acked or 0 for d in f.swarm.deliveries()) - back_at:.1f} s after NATS was back"
     )
     assert during, "no result was sent during the fault: the test proves nothing"
-    assert lost == []
+    assert lost == [], Counter(d.last_error for d in lost)
     assert rollout["state"] == "running", rollout.get("threshold")
     f.finish()
     # Revocation after the restart: the revoked agent's live connection is cut, and its
