@@ -23,6 +23,9 @@ Modules, each with one job:
 - ``migration`` — the hostDataDir migration harness (fake nodes, a kubelet that rolls pods).
 - ``chart``, ``pod_security``, ``values_doc`` — helm rendering and what chart tests read in it.
 - ``collector`` — a simulated cluster collector for the web UI tests.
+- ``scaled`` — ``deploy/scaled/`` on one machine: a NATS cluster running its config verbatim,
+  the Console settings its ``console.env`` names.
+- ``proxy`` — ``RoundRobinProxy``: a TCP load balancer in front of Console replicas.
 
 The kit never imports ``tests`` or ``bench`` (an import-linter contract holds it).
 """

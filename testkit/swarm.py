@@ -45,6 +45,7 @@ class Delivery:
     attempts: int = 0
     acked: float | None = None
     outcome: str | None = None
+    last_error: str | None = None  # why the last unsettled attempt was (an exception's type)
 
 
 @dataclass
@@ -72,8 +73,12 @@ class Swarm:
         ack_timeout: float = 2.0,
         retry_max: float = 2.0,
         result_delay: float = 0.0,
+        nats_servers: list[str] | None = None,
     ) -> None:
         self.console = console
+        # Where the agents connect (default: the Console's embedded server); a cluster's nodes
+        # are tried in random order, so the agents spread over them.
+        self.nats_servers = nats_servers or [console.nats_url]
         self.count = count
         self.prefix = prefix
         self.version = version
@@ -89,6 +94,7 @@ class Swarm:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._conns: list[Any] = []
+        self._conn_of: dict[str, Any] = {}  # agent id -> its connection
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> Swarm:
@@ -119,7 +125,7 @@ class Swarm:
             self.agents = list(await asyncio.gather(*(enroll(i) for i in idents)))
         for agent in self.agents:
             nc = await nats.connect(
-                self.console.nats_url,
+                self.nats_servers,
                 **agent.ident.nats_options(),
                 inbox_prefix=subjects.agent_inbox_prefix(agent.agent_id),
                 max_reconnect_attempts=-1,
@@ -127,6 +133,7 @@ class Swarm:
                 error_cb=_quiet,
             )
             self._conns.append(nc)
+            self._conn_of[agent.agent_id] = nc
             await nc.subscribe(subjects.commands(agent.agent_id), cb=self._handler(nc, agent))
             self._tasks.append(asyncio.create_task(self._beat(nc, agent)))
         for nc in self._conns:
@@ -172,8 +179,8 @@ class Swarm:
                     subjects.command_result(agent.agent_id), payload, timeout=self.ack_timeout
                 )
                 outcome = json.loads(reply.data).get("outcome")
-            except Exception:  # no responders, timeout, reconnecting: keep it, try again
-                outcome = None
+            except Exception as e:  # no responders, timeout, reconnecting: keep it, try again
+                outcome, record.last_error = None, type(e).__name__
             if outcome is not None and outcome != "unavailable":
                 record.acked, record.outcome = time.time(), outcome
                 return
@@ -208,6 +215,10 @@ class Swarm:
                 await nc.close()
             except Exception:
                 pass
+
+    def connected(self, agent_id: str) -> bool:
+        """Whether this agent's connection is up now (it reconnects forever otherwise)."""
+        return bool(self._conn_of[agent_id].is_connected)
 
     def deliveries(self) -> list[Delivery]:
         return [d for a in self.agents for d in list(a.deliveries.values())]

@@ -6,6 +6,14 @@ with its system-account user. A key taken away goes into its account's ``revocat
 makes every server refuse the key and cut its live connections. No file, no signal, no polling:
 any replica may push, and all render the same JWT for the same database.
 
+A server takes the *last* JWT pushed to it (only its cluster sync compares ``iat``), so two
+replicas pushing at once could leave a stale list there: B renders before A's revocation
+commits, A pushes, B's push lands last. So a round ends by reading the database's claims
+version (``nats_keys.claims_version``): when it is newer than what the round rendered, the
+round runs again. The last push to land is then always followed by its pusher's check, and the
+servers end on the full revocation list within one round, not at the next full push. The JWT's
+``iat`` is that version too, so the cluster's own sync keeps the newest.
+
 Pushes are coalesced: changes that arrive while one runs are sent together by the next, and each
 caller of :meth:`ClaimsPusher.apply` returns once a push that includes its change was answered.
 :meth:`ClaimsPusher.push_all` forgets what was sent, so the next round pushes every account
@@ -32,8 +40,11 @@ PUSH_SECONDS = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 
-# (account public key, account JWT) for every account the servers must know.
-LoadClaims = Callable[[], Awaitable[list[tuple[str, str]]]]
+# (claims version, [(account public key, account JWT)]) for every account the servers must know.
+LoadClaims = Callable[[], Awaitable[tuple[int, list[tuple[str, str]]]]]
+# The claims version the database holds now.
+LoadVersion = Callable[[], Awaitable[int]]
+RECHECKS = 5  # rounds in a row a newer version may trigger before waiting for the next wake
 Request = Callable[[str, bytes], Awaitable[bytes]]
 
 
@@ -56,8 +67,9 @@ def check_reply(account: str, reply: bytes) -> None:
 
 
 class ClaimsPusher:
-    def __init__(self, *, load: LoadClaims, request: Request) -> None:
+    def __init__(self, *, load: LoadClaims, version: LoadVersion, request: Request) -> None:
         self._load = load
+        self._version = version
         self._request = request
         self._sent: dict[str, str] = {}
         self._requested = 0
@@ -67,6 +79,7 @@ class ClaimsPusher:
         self._task: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
         self.pushes = 0
+        self.rechecks = 0
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="nats-claims")
@@ -101,16 +114,23 @@ class ClaimsPusher:
             raise RuntimeError(f"nats account push failed: {self._failure}")
 
     async def push_changed(self) -> int:
-        """One round: push each account whose JWT differs from the last one answered."""
+        """Push each account whose JWT differs from the last one answered; again while the
+        database holds a newer version than the one pushed (another replica's revocation
+        committed meanwhile: its own push may have landed before this one)."""
         sent = 0
-        with PUSH_SECONDS.time():
-            for account, token in await self._load():
-                if self._sent.get(account) == token:
-                    continue
-                reply = await self._request(CLAIMS_UPDATE, token.encode())
-                check_reply(account, reply)
-                self._sent[account] = token
-                sent += 1
+        for _round in range(RECHECKS):
+            with PUSH_SECONDS.time():
+                version, claims = await self._load()
+                for account, token in claims:
+                    if self._sent.get(account) == token:
+                        continue
+                    reply = await self._request(CLAIMS_UPDATE, token.encode())
+                    check_reply(account, reply)
+                    self._sent[account] = token
+                    sent += 1
+            if sent == 0 or await self._version() <= version:
+                break
+            self.rechecks += 1
         self.pushes += sent
         return sent
 

@@ -7,8 +7,9 @@ Console's system-account user watches the fleet's ``$SYS.ACCOUNT.<account>.CONNE
 (``$SYS.REQ.SERVER.<server>.KICK``) any connection past the limit at once. An agent needs one
 connection; a self_update trial briefly adds a second.
 
-Counts start empty when the Console starts (connections made before are not counted until they
-reconnect); every Console replica keeps its own count (a kick is idempotent).
+Counts start empty when the Console starts, and again whenever its system connection reconnects
+(connections made before are not counted until they reconnect); every Console replica keeps its
+own count (a kick is idempotent).
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ class ConnectionGuard:
         self._request = request
         self._exempt = exempt  # the Console's own keys
         self._live: dict[str, set[tuple[str, int]]] = {}
+
+    def reset(self) -> None:
+        """Forget every count: after the system connection reconnects (its server died, so no
+        DISCONNECT came for the connections it held; a restarted server has a new id), the
+        stale entries would add up restart after restart until live agents were kicked."""
+        self._live.clear()
 
     def connections(self, key: str) -> int:
         return len(self._live.get(key, ()))

@@ -106,8 +106,10 @@ class NatsAuthority:
 
     def account_jwt(self, key: Any, name: str, revocations: dict[str, int]) -> str:
         """An account's claims, deterministic from its content: every replica renders the same
-        JWT for the same revocations. ``iat`` is the newest revocation's time, so a server that
-        holds a newer JWT ignores a stale push (its resolver keeps the newer ``iat``)."""
+        JWT for the same revocations. ``iat`` is the newest revocation's stamp, which is strictly
+        above every earlier one (``agent_records.revocation_stamp``), so a server that holds a
+        newer JWT ignores a stale push (its resolver keeps the larger ``iat``), even one rendered
+        in the same second by another replica."""
         return encode_jwt(
             {
                 "sub": key.public_key.decode(),

@@ -28,6 +28,7 @@ from prometheus_client import Counter, Histogram
 
 from console.core.outages import Dependency
 from console.core.settings import ConsoleSettings
+from console.core.stop_signals import stop_requested
 from console.ingest import Ingester
 from console.nats.accounts import AccountLinks
 from console.nats.claims import ClaimsPusher
@@ -153,6 +154,8 @@ class FleetNats:
         async def reconnected() -> None:
             log.warning("nats system connection reconnected: pushing every account again")
             self.health.ok()
+            if self.guard is not None:
+                self.guard.reset()
             if self.pusher is not None:
                 self.pusher.push_all()
 
@@ -183,7 +186,7 @@ class FleetNats:
         async def request(subject: str, data: bytes) -> bytes:
             return bytes((await sys_nc.request(subject, data, timeout=5.0)).data)
 
-        self.pusher = ClaimsPusher(load=self._claims, request=request)
+        self.pusher = ClaimsPusher(load=self._claims, version=self._version, request=request)
         self.pusher.start()
         await sys_nc.subscribe(AUTH_ERRORS, queue=INGEST_QUEUE, cb=self.ingester.on_auth_error)
         self.guard = ConnectionGuard(
@@ -196,7 +199,23 @@ class FleetNats:
     async def _until_reachable(self, every: float = 2.0) -> None:
         """Wait until a NATS server accepts TCP connections, saying so once: an external
         server may start after the Console (no bring-up order to follow). Gives up after
-        ``PROXIMA_NATS_CONNECT_WAIT_SECONDS`` with one line."""
+        ``PROXIMA_NATS_CONNECT_WAIT_SECONDS`` with one line, and at once on SIGTERM/SIGINT."""
+        with stop_requested() as stop:
+            waiting = asyncio.create_task(self._poll_reachable(every))
+            stopping = asyncio.create_task(stop.wait())
+            try:
+                await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (waiting, stopping):
+                    task.cancel()
+            if not waiting.cancelled() and waiting.done():
+                waiting.result()  # reachable, or the one-line error
+                return
+            raise NatsServerError(
+                f"stopped while waiting for NATS at {self.url} to accept a connection"
+            )
+
+    async def _poll_reachable(self, every: float) -> None:
         waiting = False
         deadline = time.monotonic() + self.settings.nats_connect_wait_seconds
         while True:
@@ -227,10 +246,15 @@ class FleetNats:
                 waiting = True
             await asyncio.sleep(every)
 
-    async def _claims(self) -> list[tuple[str, str]]:
+    async def _version(self) -> int:
+        return await self.units.run(lambda u: nats_keys.claims_version(u.session))
+
+    async def _claims(self) -> tuple[int, list[tuple[str, str]]]:
         assert self.authority is not None
         authority = self.authority
-        states = await self.units.run(lambda u: nats_keys.account_states(u.session))
+        version, states = await self.units.run(
+            lambda u: (nats_keys.claims_version(u.session), nats_keys.account_states(u.session))
+        )
         for state in states:
             self._accounts.setdefault(state.environment_id, state.key)
         claims = []
@@ -241,7 +265,7 @@ class FleetNats:
                 cached = (content, authority.account_jwt(st.key, st.name, st.revocations))
                 self._signed[st.name] = cached
             claims.append((st.public_key, cached[1]))
-        return claims
+        return version, claims
 
     async def sync(self) -> None:
         """Every environment has an account, pushed, and a link into it."""

@@ -6,13 +6,21 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Insert, insert
-from sqlmodel import Session, select
+from sqlalchemy import Insert, func, insert
+from sqlmodel import Session, col, select
 
 from console.auth import Principal
 from console.core.secrets import evidence_hash
 from console.errors import NotFoundError
-from console.models import Agent, AgentEvent, AgentEvidence, NatsRevocation, table_of
+from console.models import (
+    Agent,
+    AgentEvent,
+    AgentEvidence,
+    NatsAccount,
+    NatsRevocation,
+    table_of,
+)
+from console.services.nats_keys import OPERATOR
 from contracts.enrollment import IdentitySignals
 from contracts.vocabulary import AgentStatus, ErrorReason
 from fleet_policy import identities
@@ -95,16 +103,42 @@ def record_evidence(
 def revoke_key(
     session: Session, *, agent_id: str, public_key: str, reason: str, now: datetime
 ) -> None:
-    """Take a key away: its NATS JWTs are refused from now on (after the next reload)."""
+    """Take a key away: its NATS JWTs are refused from now on (after the next push)."""
     if session.get(NatsRevocation, public_key) is None:
         session.add(
             NatsRevocation(
                 public_key=public_key,
                 agent_id=agent_id,
-                revoked_at=int(now.timestamp()),
+                revoked_at=revocation_stamp(session, now),
                 reason=reason,
             )
         )
+
+
+_STAMP = "proxima.revocation_stamp"
+
+
+def revocation_stamp(session: Session, now: datetime) -> int:
+    """The ``revoked_at`` of a new revocation: unix seconds, and strictly above every revocation
+    committed before this transaction (one stamp per transaction).
+
+    It is the claims' version: an account JWT's ``iat`` is its newest revocation's stamp, and a
+    server's ``full`` resolver keeps the JWT with the larger ``iat`` whatever order pushes land
+    in. So a replica that rendered its JWT before this revocation committed (a stale list, even
+    in the same second) can never displace the JWT holding it: the last *state* wins, not the
+    last pusher. Concurrent revocations (two replicas) are ordered by a row lock on the
+    operator's key (``FOR UPDATE`` on PostgreSQL; SQLite serialises writers anyway)."""
+    transaction = session.get_transaction()
+    held = session.info.get(_STAMP)
+    if held is not None and held[0] is transaction:
+        return int(held[1])
+    session.exec(
+        select(NatsAccount.name).where(NatsAccount.name == OPERATOR).with_for_update()
+    ).first()
+    newest = session.exec(select(func.max(col(NatsRevocation.revoked_at)))).one()
+    stamp = max(int(now.timestamp()), (newest or 0) + 1)
+    session.info[_STAMP] = (transaction, stamp)
+    return stamp
 
 
 def seen_at(agent: Agent) -> datetime:

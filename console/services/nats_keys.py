@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import nkeys
+from sqlalchemy import func
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
@@ -191,6 +192,14 @@ def account_states(session: Session) -> list[AccountState]:
             continue
         states.append(AccountState(row.name, row.environment_id, keypair(row.seed), revocations))
     return states
+
+
+def claims_version(session: Session) -> int:
+    """The version of the accounts' claims in the database: the newest revocation's stamp.
+    Stamps are strictly increasing and committed in order (``agent_records.revocation_stamp``),
+    so a larger version holds every revocation of a smaller one."""
+    newest = session.exec(select(func.max(col(NatsRevocation.revoked_at)))).one()
+    return int(newest or 0)
 
 
 def environment_ids(session: Session) -> list[str]:

@@ -58,3 +58,51 @@ def test_an_unreachable_external_nats_is_waited_for_then_one_line(tmp_path: Path
     assert "is not reachable yet; waiting for it" in done.stderr
     (line,) = _errors(done.stderr)
     assert f"no NATS server at nats://127.0.0.1:{port} accepted a connection within 2 s" in line
+
+
+def test_sigterm_while_waiting_for_an_external_nats_stops_at_once(tmp_path: Path):
+    """Broke: the wait (PROXIMA_NATS_CONNECT_WAIT_SECONDS, 120 s by default) ignored SIGTERM
+    until it ended: a pod being deleted, or Ctrl-C, waited out the whole window."""
+    import signal
+    import time
+
+    from testkit.waiting import wait_for
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "console", "serve"],
+            env={
+                **os.environ,
+                "PROXIMA_DATA_DIR": str(tmp_path),
+                "PROXIMA_PORT": "0",
+                "PROXIMA_PUBLIC_URL": "https://console.example.com",
+                "PROXIMA_NATS_URL": f"nats://127.0.0.1:{port}",
+                "PROXIMA_NATS_CONNECT_WAIT_SECONDS": "600",
+            },
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for(
+            lambda: "is not reachable yet; waiting for it" in log.read_text(),
+            timeout=90,
+            what="the Console waiting for NATS",
+        )
+        asked = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=10)
+        took = time.monotonic() - asked
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    print(f"\nSIGTERM during the NATS wait: exited {code} after {took:.2f} s")
+    assert took < 5
+    assert code in (3, -signal.SIGTERM), code  # uvicorn: start-up failed, or the signal
+    assert "Traceback" not in text
+    assert "stopped while waiting for NATS at" in text
