@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from prometheus_client import Histogram
 from sqlalchemy import Insert, Update, bindparam, insert, update
@@ -39,6 +39,7 @@ from console.services.agent_records import (
     revoke_key,
     seen_at,
 )
+from console.services.enrollment_refusals import record_conflict, refusal
 from console.services.rebinding import cancel_in_flight, rebound_refusal
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.agent_types import AgentType
@@ -58,7 +59,6 @@ from fleet_policy.identities import (
     HeldRecord,
     RebindHow,
     decide_enrollment,
-    missing_evidence_kinds,
 )
 
 ENROLL_DB_SECONDS = Histogram(
@@ -215,42 +215,6 @@ def _check_key_free(session: Session, req: EnrollRequest, existing: Agent | None
         )
 
 
-class EnrollmentConflictError(ConflictError):
-    """409, carrying the record that holds the name so the caller can record the clash."""
-
-    def __init__(self, reason: ErrorReason, message: str, *, agent_id: str) -> None:
-        super().__init__(reason, message, agent_id=agent_id)
-        self.conflict_reason = reason
-
-
-def _refusal(
-    reason: ErrorReason,
-    agent: Agent,
-    held: HeldRecord,
-    quiet_seconds: float,
-    presented: EnrollmentClaim,
-) -> EnrollmentConflictError:
-    """The 409 for a refusal ``decide_enrollment`` made, with words for the operator."""
-    missing = missing_evidence_kinds(held.evidence, presented.signals)
-    label = f"{agent.agent_type} {agent.name!r}"
-    quiet_for = held.seconds_since_seen or 0.0
-    message = {
-        ErrorReason.AGENT_REVOKED: f"{label} is held by revoked agent {agent.id}; a revoked "
-        "identity is never re-bound",
-        ErrorReason.NAME_IN_USE: f"{label} is held by agent {agent.id}, seen {quiet_for:.0f} s "
-        f"ago (within the {quiet_seconds:g} s quiet window): another live process holds this "
-        "identity",
-        ErrorReason.NO_IDENTITY_EVIDENCE: f"{label} is held by agent {agent.id}, which carries "
-        "no identity evidence to match: free it with "
-        "POST /api/v1/fleet/agents/{agentID}/release-identity",
-        ErrorReason.IDENTITY_MISMATCH: f"{label} is held by agent {agent.id}; this machine "
-        "does not present a matching value of every kind of identity evidence the record "
-        f"carries (missing or different: {', '.join(sorted(missing)) or 'none'}; the DMI "
-        "product uuid is readable by root only)",
-    }.get(reason, f"{label} is held by agent {agent.id}")
-    return EnrollmentConflictError(reason, message, agent_id=agent.id)
-
-
 def enroll(
     session: Session,
     *,
@@ -291,8 +255,8 @@ def enroll(
         _check_key_free(session, req, existing)
     if decision.action is EnrollmentAction.REFUSE:
         assert existing is not None and held is not None and decision.refusal is not None
-        conflict = _refusal(decision.refusal, existing, held, quiet_seconds, claim)
-        _record_conflict(session, existing, conflict, now)
+        conflict = refusal(decision.refusal, existing, held, quiet_seconds, claim)
+        record_conflict(session, existing, conflict, now)
         raise conflict
     session.execute(_COUNT_USE, {"token_id": token.id, "now": now})
     if decision.action is EnrollmentAction.CREATE:
@@ -412,29 +376,6 @@ def _rebind(
         rebound=True,
         revoked_key=replaced is not None,
     )
-
-
-_CONFLICT_STREAK_GAP = timedelta(minutes=5)
-
-
-def _record_conflict(
-    session: Session, agent: Agent, conflict: EnrollmentConflictError, now: datetime
-) -> None:
-    """Flag the record holding the name. One history event per streak of clashes (or when the
-    reason changes), so an agent retrying with backoff does not flood the history."""
-    same_streak = (
-        agent.last_conflict_reason == conflict.reason
-        and agent.last_conflict_at is not None
-        and now - agent.last_conflict_at < _CONFLICT_STREAK_GAP
-    )
-    if not same_streak:
-        add_event(
-            session, agent.id, "enrollment_conflict", conflict.message, reason=conflict.reason
-        )
-    agent.conflict_count += 1
-    agent.last_conflict_at = now
-    agent.last_conflict_reason = conflict.reason
-    session.add(agent)
 
 
 def find_by_public_key(session: Session, public_key: str) -> Agent | None:
