@@ -48,7 +48,9 @@ def test_a_name_clash_is_409_and_the_agent_stays_not_ready_and_keeps_retrying(e2
     first.wait_ready()
     holder = first.agent_id()
     second = agents(e2e_console, "node-x", token, agent_type="k8s-node-monitor", data="b")
-    wait_for(lambda: "name_in_use" in second.readyz()[1], what="not-ready with the 409 reason")
+    wait_for(
+        lambda: "name_in_use" in second.connectedz()[1], what="not connected, with the 409 reason"
+    )
     wait_for(
         lambda: (
             e2e_console.agent(holder)["conflict"]
@@ -56,7 +58,7 @@ def test_a_name_clash_is_409_and_the_agent_stays_not_ready_and_keeps_retrying(e2
         ),
         what="retries",
     )
-    assert second.readyz()[0] == 503
+    assert second.connectedz()[0] == 503
     assert second.alive
     assert second.log().count("409") < e2e_console.agent(holder)["conflict"]["count"] + 2
 
@@ -141,7 +143,7 @@ def test_without_host_identity_the_moved_agent_waits_until_release_then_rebinds(
         data="moved",
         host_root=fake_host_root(tmp_path / "empty-2", machine_id=None),
     )
-    wait_for(lambda: "no_identity_evidence" in moved.readyz()[1], timeout=20)
+    wait_for(lambda: "no_identity_evidence" in moved.connectedz()[1], timeout=20)
     with e2e_console.client() as c:
         r = c.post(f"/api/v1/fleet/agents/{agent_id}/release-identity")
     assert r.status_code == 200, r.text
@@ -222,8 +224,8 @@ def test_revoke_cuts_the_agent_off_and_it_goes_not_ready(e2e_console, agents):
     agent_id = a.agent_id()
     with e2e_console.client() as c:
         c.post(f"/api/v1/fleet/agents/{agent_id}/revoke").raise_for_status()
-    wait_for(lambda: a.readyz()[0] == 503, what="not ready after revoke")
-    assert "nats" in a.readyz()[1].lower()
+    wait_for(lambda: a.connectedz()[0] == 503, what="not connected after revoke")
+    assert "nats" in a.connectedz()[1].lower()
     # It keeps trying with its retired key: the server refuses it and the Console notices.
     view = wait_for(
         lambda: (v := e2e_console.agent(agent_id)) and v["refused_connections"] > 0 and v,
@@ -241,7 +243,7 @@ def test_the_agent_reconnects_after_a_console_and_nats_restart_keeping_its_ident
     a.wait_ready()
     agent_id = a.agent_id()
     e2e_console.stop()
-    wait_for(lambda: a.readyz()[0] == 503, what="not ready while NATS is down")
+    wait_for(lambda: a.connectedz()[0] == 503, what="not connected while NATS is down")
     e2e_console.start()
     a.wait_ready(timeout=40)
     assert a.agent_id() == agent_id
@@ -258,4 +260,4 @@ def test_a_refused_backend_connection_names_the_url_and_the_fix(agents, tmp_path
     wait_for(lambda: "connection refused" in a.log(), timeout=20)
     line = next(ln for ln in a.log().splitlines() if "connection refused" in ln)
     assert "http://127.0.0.1:9" in line and "backendUrl" in line
-    assert a.readyz()[0] == 503
+    assert a.connectedz()[0] == 503

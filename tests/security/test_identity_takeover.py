@@ -111,7 +111,7 @@ def test_after_a_rebind_the_displaced_agent_is_told_why_and_stops_retrying(
     old.start()
     wait_for(lambda: "identity re-bound to another machine" in old.log(), timeout=30)
     assert "this agent's key was retired" in old.log()
-    status, body = old.readyz()
+    status, body = old.connectedz()
     assert status == 503 and "identity retired" in body
     attempts = old.log().count("identity re-bound to another machine")
     time.sleep(2)
