@@ -77,6 +77,26 @@ def _describe(r: RolloutPublic) -> str:
     )
 
 
+def _wave_table(console: ConsoleClient, rollout_id: str, wave: int, r: RolloutPublic) -> None:
+    """The wave's table artifact: one row per agent of that wave."""
+    rows = [
+        {
+            "agent": t.agent_name,
+            "from": t.old_version or "-",
+            "to": t.new_version or "-",
+            "result": t.status.value,
+            "error": t.error or "",
+        }
+        for t in console.rollout(rollout_id, wave=wave).targets or []
+    ]
+    w = r.waves[wave]
+    create_table_artifact(
+        rows,
+        key=f"rollout-{rollout_id[:12]}-wave-{wave}",
+        description=f"Wave {wave} ({w.kind}) of rollout {r.name} to {r.target_version}",
+    )
+
+
 @task(name="run-wave", retries=2, retry_delay_seconds=2)
 def run_wave(
     rollout_id: str, wave: int, progress_id: UUID | None, poll_seconds: float
@@ -93,7 +113,8 @@ def run_wave(
             )
         last = -1.0
         while True:
-            r = console.rollout(rollout_id)
+            # Counts only while waiting: the per-agent rows are read once, for the table.
+            r = console.rollout(rollout_id, targets=False)
             w = r.waves[wave]
             progress = _progress(r)
             if progress_id and progress != last:
@@ -102,23 +123,8 @@ def run_wave(
             if w.done or r.state is not RolloutState.RUNNING:
                 break
             time.sleep(poll_seconds)
-        rows = [
-            {
-                "agent": t.agent_name,
-                "from": t.old_version or "-",
-                "to": t.new_version or "-",
-                "result": t.status.value,
-                "error": t.error or "",
-            }
-            for t in (r.targets or [])
-            if t.wave == wave
-        ]
         if w.done:
-            create_table_artifact(
-                rows,
-                key=f"rollout-{rollout_id[:12]}-wave-{wave}",
-                description=f"Wave {wave} ({w.kind}) of rollout {r.name} to {r.target_version}",
-            )
+            _wave_table(console, rollout_id, wave, r)
         return WaveOutcome(wave=wave, state=r.state, done=w.done, counts=w.counts)
 
 

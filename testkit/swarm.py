@@ -1,6 +1,16 @@
 """Simulated agents: real enrolled identities, each on its own NATS connection with its own key,
 answering commands. For rollout tests of the Console and the flow, and for benchmarks.
 
+At fleet scale (``per_connection`` > 1) agents share connections: the swarm's agents are cut
+into shards of ``per_connection``, and each shard holds **one** NATS session, signed in as a
+shard user (a user JWT of the agents' environment account, as the Console signs one, allowed
+``proxima.agent.>`` / ``proxima.cmd.>`` / ``proxima.inbox.>``). Every agent of a shard still
+has its own command subscription, publishes its heartbeats and result requests under its own
+subject, and is a real enrolled record. What a shared session does not exercise: each agent's
+own nkey sign-in and JWT (20,000 authentications, 20,000 TCP connections on the server, the
+connection guard per identity) and the per-agent subject permissions (the shard user may
+publish for any agent). Results are answered in the shard's inbox, not the agent's own.
+
 Results follow the agent's protocol (``agent.delivery``): a request on the result subject,
 answered in the agent's own inbox (``subjects.agent_inbox_prefix``); an unsettled answer (no
 responder, a timeout, ``unavailable``) is retried with backoff until the Console acknowledges
@@ -72,6 +82,8 @@ class Swarm:
         ack_timeout: float = 2.0,
         retry_max: float = 2.0,
         result_delay: float = 0.0,
+        per_connection: int = 1,
+        enroll_concurrency: int = 8,
     ) -> None:
         self.console = console
         self.count = count
@@ -84,6 +96,8 @@ class Swarm:
         # Each result is sent after a random pause of up to this many seconds (an update takes
         # time): a fault test's results keep coming while the Console is down.
         self.result_delay = result_delay
+        self.per_connection = max(1, per_connection)
+        self.enroll_concurrency = enroll_concurrency
         self.heartbeats_sent = 0
         self.agents: list[SimAgent] = []
         self._loop = asyncio.new_event_loop()
@@ -104,7 +118,7 @@ class Swarm:
     async def _start(self) -> None:
         token = self.console.install_token()
         idents = [Identity(name=f"{self.prefix}-{i:05d}") for i in range(self.count)]
-        sem = asyncio.Semaphore(8)
+        sem = asyncio.Semaphore(self.enroll_concurrency)
         async with httpx.AsyncClient(base_url=self.console.url, timeout=60) as client:
 
             async def enroll(ident: Identity) -> SimAgent:
@@ -117,20 +131,49 @@ class Swarm:
                     return SimAgent(ident, r.json()["agent_id"], self.version)
 
             self.agents = list(await asyncio.gather(*(enroll(i) for i in idents)))
-        for agent in self.agents:
-            nc = await nats.connect(
-                self.console.nats_url,
-                **agent.ident.nats_options(),
-                inbox_prefix=subjects.agent_inbox_prefix(agent.agent_id),
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
-                error_cb=_quiet,
-            )
-            self._conns.append(nc)
-            await nc.subscribe(subjects.commands(agent.agent_id), cb=self._handler(nc, agent))
-            self._tasks.append(asyncio.create_task(self._beat(nc, agent)))
+        if self.per_connection == 1:
+            for agent in self.agents:
+                nc = await self._connect(
+                    agent.ident.nats_options(), subjects.agent_inbox_prefix(agent.agent_id)
+                )
+                await self._attach(nc, agent)
+        else:
+            for first in range(0, len(self.agents), self.per_connection):
+                nc = await self._connect(
+                    await asyncio.to_thread(self._shard_options, first),
+                    f"{subjects.INBOX_ROOT}.shard-{self.prefix}-{first}",
+                )
+                for agent in self.agents[first : first + self.per_connection]:
+                    await self._attach(nc, agent)
         for nc in self._conns:
             await nc.flush()
+
+    def _shard_options(self, first: int) -> dict[str, Any]:
+        """One shard's sign-in: its own key, a JWT of the agents' account (see the module)."""
+        shard = Identity(name=f"{self.prefix}-shard-{first}")
+        shard.jwt = self.console.nats_user_jwt(
+            shard.public_key,
+            pub=[f"{subjects.AGENT_ROOT}.>"],
+            sub=[f"{subjects.COMMAND_ROOT}.>", f"{subjects.INBOX_ROOT}.>"],
+            name=shard.name,
+        )
+        return shard.nats_options()
+
+    async def _connect(self, options: dict[str, Any], inbox_prefix: str) -> Any:
+        nc = await nats.connect(
+            self.console.nats_url,
+            **options,
+            inbox_prefix=inbox_prefix,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            error_cb=_quiet,
+        )
+        self._conns.append(nc)
+        return nc
+
+    async def _attach(self, nc: Any, agent: SimAgent) -> None:
+        await nc.subscribe(subjects.commands(agent.agent_id), cb=self._handler(nc, agent))
+        self._tasks.append(asyncio.create_task(self._beat(nc, agent)))
 
     def _handler(self, nc: Any, agent: SimAgent) -> Callable[[Any], Any]:
         async def on_command(msg: Any) -> None:
@@ -208,6 +251,11 @@ class Swarm:
                 await nc.close()
             except Exception:
                 pass
+
+    @property
+    def sessions(self) -> list[Any]:
+        """The swarm's NATS connections (one per agent, or one per shard)."""
+        return list(self._conns)
 
     def deliveries(self) -> list[Delivery]:
         return [d for a in self.agents for d in list(a.deliveries.values())]
