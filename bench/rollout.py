@@ -66,6 +66,9 @@ def main() -> None:
             "PROXIMA_AGENT_STALE_SECONDS": "600",
             "PROXIMA_HEARTBEAT_FLUSH_SECONDS": "0.5",
             "PROXIMA_PREFECT_API_URL": str(PREFECT_API_URL.value()),
+            # The swarm enrolls 20,000 from one address with one token: not what is measured.
+            "PROXIMA_ENROLL_RATE_PER_SOURCE": "1000000/minute",
+            "PROXIMA_ENROLL_RATE_PER_TOKEN": "1000000/minute",
         }
         command = None
         if args.profile:

@@ -123,9 +123,14 @@ class Swarm:
 
             async def enroll(ident: Identity) -> SimAgent:
                 async with sem:
-                    r = await client.post(
-                        "/api/v1/agents/enroll", json=ident.enroll_body(token, version=self.version)
-                    )
+                    while True:  # a rate limit's 429 is waited out, as an agent would
+                        r = await client.post(
+                            "/api/v1/agents/enroll",
+                            json=ident.enroll_body(token, version=self.version),
+                        )
+                        if r.status_code != 429:
+                            break
+                        await asyncio.sleep(float(r.headers.get("retry-after") or 1))
                     r.raise_for_status()
                     ident.jwt = r.json()["nats_jwt"]
                     return SimAgent(ident, r.json()["agent_id"], self.version)

@@ -115,6 +115,7 @@ def present(
         else None,
         driver_lost_at=rollout.driver_lost_at,
         driver_lost_detail=rollout.driver_lost_detail,
+        halted_at=rollout.stalled_at,
     )
 
 
