@@ -10,7 +10,8 @@ later-wave sends; (issue 3) <= 50 Prefect task runs per rollout.
 The agents are a swarm: real enrolled identities answering self_update commands
 (testkit/swarm.py). With ``--per-connection 1`` each has its own NATS session and nkey; above
 that, ``per-connection`` agents share one session (the module docstring of testkit/swarm.py
-says what that does not exercise). The flow runs under Prefect's test harness against a real
+says what that does not exercise), and their records are written into the database
+(``--no-seed``: each enrolls over HTTP, ~2-3 minutes per 2,000 on this machine). The flow runs under Prefect's test harness against a real
 Console on SQLite. ``--profile`` runs the Console under cProfile (bench.profiled_console;
 slower: read its figures as shares).
 """
@@ -52,6 +53,13 @@ def main() -> None:
         "--per-connection", type=int, default=100, help="agents per NATS session (1: each its own)"
     )
     parser.add_argument("--enroll-concurrency", type=int, default=16)
+    parser.add_argument(
+        "--seed",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="write the agent records into the database instead of enrolling each over HTTP "
+        "(needs --per-connection > 1)",
+    )
     parser.add_argument("--profile", type=Path, default=None, help="write cProfile stats here")
     parser.add_argument("--top", type=int, default=30)
     args = parser.parse_args()
@@ -86,6 +94,7 @@ def main() -> None:
             heartbeat_seconds=60,
             per_connection=args.per_connection,
             enroll_concurrency=args.enroll_concurrency,
+            seed=args.seed and args.per_connection > 1,
         ).start()
         setup = time.perf_counter() - t0
         try:
@@ -95,9 +104,11 @@ def main() -> None:
                 name="bench",
                 waves={"canary_size": canary, "percentages": [5, 25, 50, 100]},
             )
+            cpu0 = _cpu(console)
             started = time.perf_counter()
             result = fleet_rollout(rollout_id=str(r["id"]), poll_seconds=0.25)
             orchestration = time.perf_counter() - started
+            cpu = {k: v - cpu0[k] for k, v in _cpu(console).items()}
             with console.client() as c:
                 final = c.get(
                     f"/api/v1/fleet/rollouts/{r['id']}", params={"targets": "false"}
@@ -109,8 +120,14 @@ def main() -> None:
                 f"({[w['size'] for w in final['waves']]}) -> {result['state']}, "
                 f"{final['counts']['succeeded']} results recorded, {notified} notified, "
                 f"in {orchestration:.1f} s of orchestration (goal <= 30 s); "
-                f"{tasks} Prefect task runs (goal <= 50); setup (enroll + connect) {setup:.1f} s; "
+                f"{tasks} Prefect task runs (goal <= 50); setup ({'seed' if swarm.seed else 'enroll'} "
+                f"+ connect) {setup:.1f} s; "
                 f"{args.per_connection} agents per NATS session, {len(swarm.sessions)} sessions"
+            )
+            print(
+                "CPU seconds during the rollout: "
+                + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+                + f" (load average {os.getloadavg()[0]:.1f})"
             )
             halt(console, swarm)
         finally:
@@ -121,6 +138,22 @@ def main() -> None:
         for order in ("tottime", "cumulative"):
             pstats.Stats(str(args.profile), stream=out).sort_stats(order).print_stats(args.top)
         print(out.getvalue())
+
+
+def _cpu(console: ConsoleProcess) -> dict[str, float]:
+    """CPU seconds so far of the Console, its nats-server, and this process (swarm + flow)."""
+    import psutil
+
+    assert console.process is not None
+    parent = psutil.Process(console.process.pid)
+    times = {"console": parent.cpu_times(), "nats-server": None}
+    for child in parent.children(recursive=True):
+        if "nats" in child.name():
+            times["nats-server"] = child.cpu_times()
+    own = psutil.Process().cpu_times()
+    out = {k: (t.user + t.system) if t else 0.0 for k, t in times.items()}
+    out["bench (swarm + flow)"] = own.user + own.system
+    return out
 
 
 def halt(console: ConsoleProcess, swarm: Swarm) -> None:
@@ -153,7 +186,7 @@ def halt(console: ConsoleProcess, swarm: Swarm) -> None:
                 ]
                 == "stalled"
             ),
-            30,
+            120,
             "the stall",
             interval=0.01,
         )

@@ -84,6 +84,7 @@ class Swarm:
         result_delay: float = 0.0,
         per_connection: int = 1,
         enroll_concurrency: int = 8,
+        seed: bool = False,
     ) -> None:
         self.console = console
         self.count = count
@@ -98,6 +99,12 @@ class Swarm:
         self.result_delay = result_delay
         self.per_connection = max(1, per_connection)
         self.enroll_concurrency = enroll_concurrency
+        # Records written straight into the Console's database instead of enrolled over HTTP
+        # (a shard's session needs no agent JWT): for the rollout benchmark at 20,000, where
+        # enrolling is not what is measured and would take most of the run.
+        self.seed = seed
+        if seed and self.per_connection == 1:
+            raise ValueError("seeded agents have no NATS credentials: use per_connection > 1")
         self.heartbeats_sent = 0
         self.agents: list[SimAgent] = []
         self._loop = asyncio.new_event_loop()
@@ -107,7 +114,9 @@ class Swarm:
 
     def start(self) -> Swarm:
         self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=300)
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(
+            timeout=300 + 0.1 * self.count
+        )
         return self
 
     def stop(self) -> None:
@@ -116,8 +125,16 @@ class Swarm:
         self._thread.join(timeout=10)
 
     async def _start(self) -> None:
-        token = self.console.install_token()
         idents = [Identity(name=f"{self.prefix}-{i:05d}") for i in range(self.count)]
+        if self.seed:
+            ids = await asyncio.to_thread(self._seed_records, idents)
+            self.agents = [SimAgent(i, a, self.version) for i, a in zip(idents, ids, strict=True)]
+        else:
+            await self._enroll(idents)
+        await self._connect_all()
+
+    async def _enroll(self, idents: list[Identity]) -> None:
+        token = self.console.install_token()
         sem = asyncio.Semaphore(self.enroll_concurrency)
         async with httpx.AsyncClient(base_url=self.console.url, timeout=60) as client:
 
@@ -136,6 +153,46 @@ class Swarm:
                     return SimAgent(ident, r.json()["agent_id"], self.version)
 
             self.agents = list(await asyncio.gather(*(enroll(i) for i in idents)))
+
+    def _seed_records(self, idents: list[Identity]) -> list[str]:
+        """Agent records as an enrollment leaves them, inserted in batches (bench/fleet_list's
+        way); seen now, so they are online for the Console's staleness window."""
+        from sqlalchemy import insert
+
+        from console.core.db import make_engine
+        from console.models import Agent, new_id
+
+        info = self.console.bootstrap_info
+        now = datetime.now(UTC)
+        ids = [new_id() for _ in idents]
+        engine = make_engine(self.console.database_url())
+        try:
+            with engine.begin() as conn:
+                for start in range(0, len(idents), 5000):
+                    rows = [
+                        {
+                            "id": ids[i],
+                            "client_id": info["client_id"],
+                            "environment_id": info["environment_id"],
+                            "agent_type": "host",
+                            "name": idents[i].name,
+                            "nats_public_key": idents[i].public_key,
+                            "version": self.version,
+                            "instance_id": idents[i].instance_id,
+                            "can_self_update": True,
+                            "labels": {},
+                            "enrolled_at": now,
+                            "last_seen_at": now,
+                            "conflict_count": 0,
+                        }
+                        for i in range(start, min(len(idents), start + 5000))
+                    ]
+                    conn.execute(insert(Agent), rows)
+        finally:
+            engine.dispose()
+        return ids
+
+    async def _connect_all(self) -> None:
         if self.per_connection == 1:
             for agent in self.agents:
                 nc = await self._connect(

@@ -7,9 +7,11 @@ Under Prefect's test harness with ``prefect.yaml`` deployed and real process wor
 with ``--run-once`` (a worker that ends once its runs have ended)."""
 
 import asyncio
+import os
 import subprocess
 import threading
 
+import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
@@ -47,14 +49,15 @@ def _running_tasks(run_id) -> list[str]:
     return [t.name for t in runs if t.state is not None and t.state.is_running()]
 
 
-def _worker(env) -> subprocess.Popen:
-    return subprocess.Popen(
-        [PREFECT, "worker", "start", "--pool", "proxima-process", "--run-once"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def _worker(env, log_path) -> subprocess.Popen:
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [PREFECT, "worker", "start", "--pool", "proxima-process", "--run-once"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def _suspended_and_gone(worker: subprocess.Popen, run_id: str, console, rid: str) -> None:
@@ -67,11 +70,10 @@ def _suspended_and_gone(worker: subprocess.Popen, run_id: str, console, rid: str
     assert _running_tasks(run_id) == []
 
 
+@pytest.mark.timeout(900)
 def test_a_stalled_rollout_is_suspended_and_resumes_from_the_console_then_from_prefect(
-    deployed, driven_console
+    deployed, driven_console, tmp_path
 ):
-    import os
-
     env = {**deployed, **{k: v for k, v in os.environ.items() if k.startswith("PROXIMA_")}}
     lock = threading.Lock()
     seen: list[str] = []
@@ -86,6 +88,7 @@ def test_a_stalled_rollout_is_suspended_and_resumes_from_the_console_then_from_p
 
     swarm = Swarm(driven_console, 6, prefix="susp", behaviour=behaviour).start()
     workers: list[subprocess.Popen] = []
+    log = tmp_path / "workers.log"
     try:
         wait_for(lambda: _get_total_online(driven_console) >= 6, timeout=60, what="online")
         r = create_rollout(
@@ -96,7 +99,7 @@ def test_a_stalled_rollout_is_suspended_and_resumes_from_the_console_then_from_p
             criteria=[{"failure_type": "failed", "threshold_count": 1}],
         )
         run_id = wait_for(lambda: _get(driven_console, r["id"])["flow_run_id"], what="run")
-        workers.append(_worker(env))
+        workers.append(_worker(env, log))
         _suspended_and_gone(workers[-1], run_id, driven_console, r["id"])
         first_halt = _get(driven_console, r["id"])["halted_at"]
 
@@ -105,20 +108,23 @@ def test_a_stalled_rollout_is_suspended_and_resumes_from_the_console_then_from_p
             answer = c.post(f"/api/v1/fleet/rollouts/{r['id']}/resume")
         assert answer.status_code == 200 and answer.json()["state"] == "running", answer.text
         assert _flow_run(run_id).state.is_scheduled()
-        workers.append(_worker(env))
+        workers.append(_worker(env, log))
         _suspended_and_gone(workers[-1], run_id, driven_console, r["id"])  # wave 1's failure
         assert _get(driven_console, r["id"])["halted_at"] != first_halt
 
         # 2. Resumed in Prefect (what the UI's Resume button does): the run meets the same
         # halt again, takes the decision, and resumes the rollout in the Console itself.
         _run(lambda c: c.resume_flow_run(run_id, run_input={"decision": "resume"}))
-        workers.append(_worker(env))
+        workers.append(_worker(env, log))
         workers[-1].wait(timeout=180)
         final = _get(driven_console, r["id"])
         assert final["state"] == "succeeded", final["state_reason"]
         assert final["counts"]["succeeded"] == 4 and final["counts"]["failed"] == 2
         assert set(swarm.received_by().values()) == {1}, swarm.received_by()
         assert _flow_run(run_id).state.is_completed()
+    except BaseException:
+        print(log.read_text() if log.exists() else "no worker log")
+        raise
     finally:
         for w in workers:
             if w.poll() is None:
