@@ -7,13 +7,14 @@ Goals (issue 14): 20,000 agents notified and results recorded across 5 waves in 
 orchestration time; halt latency from the crossing result to the stall <= 1 s with 0
 later-wave sends; (issue 3) <= 50 Prefect task runs per rollout.
 
-The agents are a swarm: real enrolled identities answering self_update commands
-(testkit/swarm.py). With ``--per-connection 1`` each has its own NATS session and nkey; above
-that, ``per-connection`` agents share one session (the module docstring of testkit/swarm.py
-says what that does not exercise), and their records are written into the database
-(``--no-seed``: each enrolls over HTTP, ~2-3 minutes per 2,000 on this machine). The flow runs under Prefect's test harness against a real
-Console on SQLite. ``--profile`` runs the Console under cProfile (bench.profiled_console;
-slower: read its figures as shares).
+The agents are a swarm answering self_update commands (testkit/swarm.py). With
+``--per-connection 1`` each is a real enrolled identity on its own NATS session with its own
+nkey; above that, ``per-connection`` agents share one session (the module docstring of
+testkit/swarm.py says what that does not exercise) and their records are written into the
+database (``--no-seed``: each enrolls over HTTP instead, 2-3 minutes per 2,000 on this loaded
+machine). The flow runs under Prefect's test harness against a real Console on SQLite.
+``--profile`` runs the Console under cProfile (bench.profiled_console; slower: read its figures
+as shares).
 """
 
 from __future__ import annotations
@@ -120,8 +121,8 @@ def main() -> None:
                 f"({[w['size'] for w in final['waves']]}) -> {result['state']}, "
                 f"{final['counts']['succeeded']} results recorded, {notified} notified, "
                 f"in {orchestration:.1f} s of orchestration (goal <= 30 s); "
-                f"{tasks} Prefect task runs (goal <= 50); setup ({'seed' if swarm.seed else 'enroll'} "
-                f"+ connect) {setup:.1f} s; "
+                f"{tasks} Prefect task runs (goal <= 50); "
+                f"setup ({'seed' if swarm.seed else 'enroll'} + connect) {setup:.1f} s; "
                 f"{args.per_connection} agents per NATS session, {len(swarm.sessions)} sessions"
             )
             print(
