@@ -103,6 +103,7 @@ def main() -> None:
             r = create_rollout(
                 console,
                 name="bench",
+                timeout=600,
                 waves={"canary_size": canary, "percentages": [5, 25, 50, 100]},
             )
             cpu0 = _cpu(console)
@@ -173,6 +174,7 @@ def halt(console: ConsoleProcess, swarm: Swarm) -> None:
     r = create_rollout(
         console,
         name="halt",
+        timeout=600,
         artifact={**ARTIFACT, "version": "0.9.1"},
         waves={"canary_size": 100, "percentages": [50, 100]},
         criteria=[{"failure_type": "failed", "threshold_count": 1, "min_executed": 1}],

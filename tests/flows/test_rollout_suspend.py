@@ -9,7 +9,9 @@ with ``--run-once`` (a worker that ends once its runs have ended)."""
 import asyncio
 import os
 import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 from prefect.client.orchestration import get_client
@@ -18,16 +20,32 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from testkit.rollouts import create_rollout
 from testkit.swarm import Swarm
 from testkit.waiting import wait_for
-from tests.flows.test_rollout_driver import (  # the same deployment and Console fixtures
-    PREFECT,
-    ROOT,
-    _get,
-    _get_total_online,
-    deployed,
-    driven_console,
-)
 
-__all__ = ["deployed", "driven_console"]  # fixtures, used by name
+ROOT = Path(__file__).resolve().parents[2]
+PREFECT = str(Path(sys.executable).with_name("prefect"))
+# ``deployed`` (prefect.yaml deployed, a worker's environment): tests/flows/conftest.py
+
+
+@pytest.fixture
+def driven_console(console_factory, prefect_api_url, monkeypatch):
+    """A Console that starts and resumes the deployment's runs through the harness's Prefect."""
+    console = console_factory(
+        name="suspend-console",
+        env={"PROXIMA_PREFECT_API_URL": prefect_api_url, "PROXIMA_AGENT_STALE_SECONDS": "120"},
+    )
+    monkeypatch.setenv("PROXIMA_CONSOLE_URL", console.url)
+    monkeypatch.setenv("PROXIMA_CONSOLE_TOKEN", console.token)
+    return console
+
+
+def _get(console, rid):
+    with console.client() as c:
+        return c.get(f"/api/v1/fleet/rollouts/{rid}").json()
+
+
+def _get_total_online(console) -> int:
+    with console.client() as c:
+        return c.get("/api/v1/fleet/agents", params={"status": "online"}).json()["total"]
 
 
 def _run(coro_fn):

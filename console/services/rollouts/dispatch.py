@@ -80,12 +80,12 @@ def dispatch_wave(
     already = len(rows) - len(marks)
     if marks:
         # One statement for the wave (executemany), each row still conditional on ``pending``.
-        table = RolloutTarget.__table__  # Core: an executemany, no ORM objects built
+        table = RolloutTarget.__table__  # type: ignore[attr-defined]  # Core: no ORM objects
         session.execute(
-            update(table)  # type: ignore[arg-type]
+            update(table)
             .where(
-                table.c.id == bindparam("target_id"),  # type: ignore[attr-defined]
-                table.c.status == TargetStatus.PENDING.value,  # type: ignore[attr-defined]
+                table.c.id == bindparam("target_id"),
+                table.c.status == TargetStatus.PENDING.value,
             )
             .values(
                 status=TargetStatus.DISPATCHED.value,

@@ -180,7 +180,7 @@ def create_rollout(
         for agent_id in wave.agent_ids
     ]
     if rows:  # one executemany: no ORM object per target (20,000 of them cost seconds)
-        session.execute(insert(RolloutTarget.__table__), rows)  # type: ignore[arg-type]
+        session.execute(insert(RolloutTarget.__table__), rows)  # type: ignore[attr-defined]
     return rollout
 
 
