@@ -55,6 +55,9 @@ def main() -> None:
     )
     parser.add_argument("--enroll-concurrency", type=int, default=16)
     parser.add_argument(
+        "--heartbeat", type=float, default=60.0, help="seconds between each agent's heartbeats"
+    )
+    parser.add_argument(
         "--seed",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -92,7 +95,12 @@ def main() -> None:
         swarm = Swarm(
             console,
             args.agents,
-            heartbeat_seconds=60,
+            heartbeat_seconds=args.heartbeat,
+            # The agent's own defaults (PROXIMA_RESULT_ACK_TIMEOUT / _RESULT_RETRY_MAX): the
+            # swarm's test defaults (2 s / 2 s) re-send every result a loaded Console has not
+            # acknowledged within 2 s, and the repeats then load it further.
+            ack_timeout=5.0,
+            retry_max=30.0,
             per_connection=args.per_connection,
             enroll_concurrency=args.enroll_concurrency,
             seed=args.seed and args.per_connection > 1,
@@ -117,6 +125,8 @@ def main() -> None:
                 ).json()
             tasks = asyncio.run(_task_run_count(final["flow_run_id"]))
             notified = sum(1 for v in swarm.received_by().values() if v)
+            sent = swarm.deliveries()
+            repeats = sum(d.attempts for d in sent) - len(sent)
             print(
                 f"rollout: {args.agents} agents across {len(final['waves'])} waves "
                 f"({[w['size'] for w in final['waves']]}) -> {result['state']}, "
@@ -124,7 +134,9 @@ def main() -> None:
                 f"in {orchestration:.1f} s of orchestration (goal <= 30 s); "
                 f"{tasks} Prefect task runs (goal <= 50); "
                 f"setup ({'seed' if swarm.seed else 'enroll'} + connect) {setup:.1f} s; "
-                f"{args.per_connection} agents per NATS session, {len(swarm.sessions)} sessions"
+                f"{args.per_connection} agents per NATS session, {len(swarm.sessions)} sessions, "
+                f"heartbeats every {args.heartbeat:g} s; {repeats} results sent again "
+                "(not acknowledged in time)"
             )
             print(
                 "CPU seconds during the rollout: "

@@ -286,6 +286,8 @@ class Swarm:
             wait = min(self.retry_max, wait * 2)
 
     async def _beat(self, nc: Any, agent: SimAgent) -> None:
+        if self.seed:  # seen at seeding: spread the fleet's beats over the interval, as a fleet
+            await asyncio.sleep(random.uniform(0, self.heartbeat_seconds))
         while True:
             body = {
                 "agent_id": agent.agent_id,
