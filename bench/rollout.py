@@ -104,7 +104,12 @@ def main() -> None:
             per_connection=args.per_connection,
             enroll_concurrency=args.enroll_concurrency,
             seed=args.seed and args.per_connection > 1,
-        ).start()
+        )
+        try:
+            swarm.start()
+        except BaseException:
+            console.stop()  # a swarm that could not start must not leave the Console running
+            raise
         setup = time.perf_counter() - t0
         try:
             canary = max(1, args.agents // 100)
