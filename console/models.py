@@ -322,7 +322,9 @@ class Rollout(SQLModel, table=True):
     driver_lost_detail: str | None = Field(default=None, max_length=512)
     created_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = None
-    stalled_at: datetime | None = None
+    stalled_at: datetime | None = Field(
+        default=None, description="when it last stalled or was paused (RolloutPublic.halted_at)"
+    )
     finished_at: datetime | None = None
 
 

@@ -231,6 +231,10 @@ class RolloutPublic(BaseModel):
     )
     driver_lost_at: datetime | None = None
     driver_lost_detail: str | None = Field(default=None, description="Prefect's word on the run")
+    halted_at: datetime | None = Field(
+        default=None,
+        description="When it last stalled or was paused: which halt a decision answers",
+    )
 
 
 class DispatchResult(BaseModel):

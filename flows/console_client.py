@@ -107,13 +107,16 @@ class ConsoleClient:
             self._call("POST", "/api/v1/fleet/rollouts", json=body.model_dump(mode="json"))
         )
 
-    def rollout(self, rollout_id: str, *, targets: bool = True) -> RolloutPublic:
+    def rollout(
+        self, rollout_id: str, *, targets: bool = True, wave: int | None = None
+    ) -> RolloutPublic:
+        """The rollout with its counts; ``targets`` adds the per-agent results (of ``wave``
+        only, when given)."""
+        params: dict[str, str | int] = {"targets": str(targets).lower()}
+        if wave is not None:
+            params["wave"] = wave
         return RolloutPublic.model_validate(
-            self._call(
-                "GET",
-                f"/api/v1/fleet/rollouts/{rollout_id}",
-                params={"targets": str(targets).lower()},
-            )
+            self._call("GET", f"/api/v1/fleet/rollouts/{rollout_id}", params=params)
         )
 
     def rollouts(self, limit: int = 20) -> list[RolloutPublic]:

@@ -13,8 +13,11 @@ ARTIFACT = {
 }
 
 
-def create_rollout(console: ConsoleProcess, name: str = "r", **over: Any) -> dict[str, Any]:
-    """POST a rollout (not started in Prefect unless ``start_flow=True``) and return it."""
+def create_rollout(
+    console: ConsoleProcess, name: str = "r", *, timeout: float = 30.0, **over: Any
+) -> dict[str, Any]:
+    """POST a rollout (not started in Prefect unless ``start_flow=True``) and return it
+    (``timeout``: the Console plans every agent of the fleet before it answers)."""
     body = {
         "name": name,
         "artifact": ARTIFACT,
@@ -23,7 +26,7 @@ def create_rollout(console: ConsoleProcess, name: str = "r", **over: Any) -> dic
         **over,
     }
     with console.client() as c:
-        r = c.post("/api/v1/fleet/rollouts", json=body)
+        r = c.post("/api/v1/fleet/rollouts", json=body, timeout=timeout)
         assert r.status_code == 201, r.text
         data: dict[str, Any] = r.json()
         return data

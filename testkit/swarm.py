@@ -1,6 +1,16 @@
 """Simulated agents: real enrolled identities, each on its own NATS connection with its own key,
 answering commands. For rollout tests of the Console and the flow, and for benchmarks.
 
+At fleet scale (``per_connection`` > 1) agents share connections: the swarm's agents are cut
+into shards of ``per_connection``, and each shard holds **one** NATS session, signed in as a
+shard user (a user JWT of the agents' environment account, as the Console signs one, allowed
+``proxima.agent.>`` / ``proxima.cmd.>`` / ``proxima.inbox.>``). Every agent of a shard still
+has its own command subscription, publishes its heartbeats and result requests under its own
+subject, and is a real enrolled record. What a shared session does not exercise: each agent's
+own nkey sign-in and JWT (20,000 authentications, 20,000 TCP connections on the server, the
+connection guard per identity) and the per-agent subject permissions (the shard user may
+publish for any agent). Results are answered in the shard's inbox, not the agent's own.
+
 Results follow the agent's protocol (``agent.delivery``): a request on the result subject,
 answered in the agent's own inbox (``subjects.agent_inbox_prefix``); an unsettled answer (no
 responder, a timeout, ``unavailable``) is retried with backoff until the Console acknowledges
@@ -74,6 +84,9 @@ class Swarm:
         retry_max: float = 2.0,
         result_delay: float = 0.0,
         nats_servers: list[str] | None = None,
+        per_connection: int = 1,
+        enroll_concurrency: int = 8,
+        seed: bool = False,
     ) -> None:
         self.console = console
         # Where the agents connect (default: the Console's embedded server); a cluster's nodes
@@ -89,6 +102,14 @@ class Swarm:
         # Each result is sent after a random pause of up to this many seconds (an update takes
         # time): a fault test's results keep coming while the Console is down.
         self.result_delay = result_delay
+        self.per_connection = max(1, per_connection)
+        self.enroll_concurrency = enroll_concurrency
+        # Records written straight into the Console's database instead of enrolled over HTTP
+        # (a shard's session needs no agent JWT): for the rollout benchmark at 20,000, where
+        # enrolling is not what is measured and would take most of the run.
+        self.seed = seed
+        if seed and self.per_connection == 1:
+            raise ValueError("seeded agents have no NATS credentials: use per_connection > 1")
         self.heartbeats_sent = 0
         self.agents: list[SimAgent] = []
         self._loop = asyncio.new_event_loop()
@@ -99,7 +120,9 @@ class Swarm:
 
     def start(self) -> Swarm:
         self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=300)
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(
+            timeout=300 + 0.1 * self.count
+        )
         return self
 
     def stop(self) -> None:
@@ -108,36 +131,118 @@ class Swarm:
         self._thread.join(timeout=10)
 
     async def _start(self) -> None:
-        token = self.console.install_token()
         idents = [Identity(name=f"{self.prefix}-{i:05d}") for i in range(self.count)]
-        sem = asyncio.Semaphore(8)
+        if self.seed:
+            ids = await asyncio.to_thread(self._seed_records, idents)
+            self.agents = [SimAgent(i, a, self.version) for i, a in zip(idents, ids, strict=True)]
+        else:
+            await self._enroll(idents)
+        await self._connect_all()
+
+    async def _enroll(self, idents: list[Identity]) -> None:
+        token = self.console.install_token()
+        sem = asyncio.Semaphore(self.enroll_concurrency)
         async with httpx.AsyncClient(base_url=self.console.url, timeout=60) as client:
 
             async def enroll(ident: Identity) -> SimAgent:
                 async with sem:
-                    r = await client.post(
-                        "/api/v1/agents/enroll", json=ident.enroll_body(token, version=self.version)
-                    )
+                    while True:  # a rate limit's 429 is waited out, as an agent would
+                        r = await client.post(
+                            "/api/v1/agents/enroll",
+                            json=ident.enroll_body(token, version=self.version),
+                        )
+                        if r.status_code != 429:
+                            break
+                        await asyncio.sleep(float(r.headers.get("retry-after") or 1))
                     r.raise_for_status()
                     ident.jwt = r.json()["nats_jwt"]
                     return SimAgent(ident, r.json()["agent_id"], self.version)
 
             self.agents = list(await asyncio.gather(*(enroll(i) for i in idents)))
-        for agent in self.agents:
-            nc = await nats.connect(
-                self.nats_servers,
-                **agent.ident.nats_options(),
-                inbox_prefix=subjects.agent_inbox_prefix(agent.agent_id),
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
-                error_cb=_quiet,
-            )
-            self._conns.append(nc)
-            self._conn_of[agent.agent_id] = nc
-            await nc.subscribe(subjects.commands(agent.agent_id), cb=self._handler(nc, agent))
-            self._tasks.append(asyncio.create_task(self._beat(nc, agent)))
+
+    def _seed_records(self, idents: list[Identity]) -> list[str]:
+        """Agent records as an enrollment leaves them, inserted in batches (bench/fleet_list's
+        way); seen now, so they are online for the Console's staleness window."""
+        from sqlalchemy import insert
+
+        from console.core.db import make_engine
+        from console.models import Agent, new_id
+
+        info = self.console.bootstrap_info
+        now = datetime.now(UTC)
+        ids = [new_id() for _ in idents]
+        engine = make_engine(self.console.database_url())
+        try:
+            with engine.begin() as conn:
+                for start in range(0, len(idents), 5000):
+                    rows = [
+                        {
+                            "id": ids[i],
+                            "client_id": info["client_id"],
+                            "environment_id": info["environment_id"],
+                            "agent_type": "host",
+                            "name": idents[i].name,
+                            "nats_public_key": idents[i].public_key,
+                            "version": self.version,
+                            "instance_id": idents[i].instance_id,
+                            "can_self_update": True,
+                            "labels": {},
+                            "enrolled_at": now,
+                            "last_seen_at": now,
+                            "conflict_count": 0,
+                        }
+                        for i in range(start, min(len(idents), start + 5000))
+                    ]
+                    conn.execute(insert(Agent), rows)
+        finally:
+            engine.dispose()
+        return ids
+
+    async def _connect_all(self) -> None:
+        if self.per_connection == 1:
+            for agent in self.agents:
+                nc = await self._connect(
+                    agent.ident.nats_options(), subjects.agent_inbox_prefix(agent.agent_id)
+                )
+                await self._attach(nc, agent)
+        else:
+            for first in range(0, len(self.agents), self.per_connection):
+                nc = await self._connect(
+                    await asyncio.to_thread(self._shard_options, first),
+                    f"{subjects.INBOX_ROOT}.shard-{self.prefix}-{first}",
+                )
+                for agent in self.agents[first : first + self.per_connection]:
+                    await self._attach(nc, agent)
         for nc in self._conns:
             await nc.flush()
+
+    def _shard_options(self, first: int) -> dict[str, Any]:
+        """One shard's sign-in: its own key, a JWT of the agents' account (see the module)."""
+        shard = Identity(name=f"{self.prefix}-shard-{first}")
+        shard.jwt = self.console.nats_user_jwt(
+            shard.public_key,
+            pub=[f"{subjects.AGENT_ROOT}.>"],
+            sub=[f"{subjects.COMMAND_ROOT}.>", f"{subjects.INBOX_ROOT}.>"],
+            name=shard.name,
+        )
+        return shard.nats_options()
+
+    async def _connect(self, options: dict[str, Any], inbox_prefix: str) -> Any:
+        nc = await nats.connect(
+            self.nats_servers,
+            **options,
+            inbox_prefix=inbox_prefix,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            error_cb=_quiet,
+        )
+        self._conns.append(nc)
+        return nc
+
+    async def _attach(self, nc: Any, agent: SimAgent) -> None:
+        self._conn_of[agent.agent_id] = nc
+        await nc.subscribe(subjects.commands(agent.agent_id), cb=self._handler(nc, agent))
+        self._tasks.append(asyncio.create_task(self._beat(nc, agent)))
 
     def _handler(self, nc: Any, agent: SimAgent) -> Callable[[Any], Any]:
         async def on_command(msg: Any) -> None:
@@ -188,6 +293,8 @@ class Swarm:
             wait = min(self.retry_max, wait * 2)
 
     async def _beat(self, nc: Any, agent: SimAgent) -> None:
+        if self.seed:  # seen at seeding: spread the fleet's beats over the interval, as a fleet
+            await asyncio.sleep(random.uniform(0, self.heartbeat_seconds))
         while True:
             body = {
                 "agent_id": agent.agent_id,
@@ -219,6 +326,11 @@ class Swarm:
     def connected(self, agent_id: str) -> bool:
         """Whether this agent's connection is up now (it reconnects forever otherwise)."""
         return bool(self._conn_of[agent_id].is_connected)
+
+    @property
+    def sessions(self) -> list[Any]:
+        """The swarm's NATS connections (one per agent, or one per shard)."""
+        return list(self._conns)
 
     def deliveries(self) -> list[Delivery]:
         return [d for a in self.agents for d in list(a.deliveries.values())]

@@ -72,6 +72,24 @@ def test_a_rollout_plans_waves_and_sends_each_agent_one_command(console, swarm):
     assert len(done["targets"]) == 6
     assert all(t["new_version"] == "0.9.0" for t in done["targets"])
     assert set(s.received_by().values()) == {1}
+    with console.client() as c:
+        one_wave = c.get(f"/api/v1/fleet/rollouts/{r['id']}", params={"wave": 2}).json()
+        bare = c.get(f"/api/v1/fleet/rollouts/{r['id']}", params={"targets": "false"}).json()
+    assert [t["wave"] for t in one_wave["targets"]] == [2, 2, 2]
+    assert one_wave["counts"] == done["counts"] == bare["counts"]  # counts: the whole rollout
+    assert bare["targets"] is None and bare["waves"] == done["waves"]
+
+
+def test_each_halt_has_its_own_halted_at(console):
+    """The flow's pause key for a halt (issue 14): set by a stall or a pause, new for the next."""
+    r = _create(console)
+    assert r["halted_at"] is None
+    _post(console, f"/{r['id']}/start", json={})
+    first = _post(console, f"/{r['id']}/pause", json={"reason": "look"}).json()["halted_at"]
+    assert first is not None
+    assert _post(console, f"/{r['id']}/resume").json()["halted_at"] == first  # kept: the last
+    second = _post(console, f"/{r['id']}/pause", json={"reason": "again"}).json()["halted_at"]
+    assert second is not None and second != first
 
 
 def test_crossing_the_threshold_stalls_and_no_later_wave_receives_anything(console, swarm):

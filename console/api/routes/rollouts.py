@@ -41,10 +41,15 @@ async def list_rollouts(
 
 @router.get("/{rollout_id}", response_model=RolloutPublic, responses=_ERRORS)
 async def get_rollout(
-    rollout_id: str, principal: PrincipalDep, runtime: RuntimeDep, targets: bool = True
+    rollout_id: str,
+    principal: PrincipalDep,
+    runtime: RuntimeDep,
+    targets: bool = True,
+    wave: Annotated[int | None, Query(ge=0)] = None,
 ) -> RolloutPublic:
-    """Waves, counts, per-agent results (``targets=false`` leaves the per-agent list out)."""
-    return await reads.get_rollout(runtime, principal, rollout_id, targets=targets)
+    """Waves, counts, per-agent results (``targets=false`` leaves the per-agent list out;
+    ``wave=N`` keeps only wave N's)."""
+    return await reads.get_rollout(runtime, principal, rollout_id, targets=targets, wave=wave)
 
 
 @router.post("/{rollout_id}/start", response_model=RolloutPublic, responses=_ERRORS)

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from sqlalchemy import bindparam, update
 from sqlmodel import Session, col, select
 
 from console.auth import Principal
@@ -62,24 +63,38 @@ def dispatch_wave(
     ).first()
     if earlier_open is not None:
         return Dispatch(rollout.id, wave, [], 0, "an earlier wave is not finished", None)
-    targets = session.exec(
-        select(RolloutTarget).where(
+    rows = session.exec(
+        select(RolloutTarget.id, RolloutTarget.agent_id, RolloutTarget.status).where(
             RolloutTarget.rollout_id == rollout.id, RolloutTarget.wave == wave
         )
     ).all()
     deadline = now + timedelta(seconds=rollout.wave_timeout_seconds)
     to_send: list[tuple[str, str]] = []
-    already = 0
-    for target in targets:
-        if target.status != TargetStatus.PENDING.value:
-            already += 1
+    marks: list[dict[str, object]] = []
+    for target_id, agent_id, status in rows:
+        if status != TargetStatus.PENDING.value:
             continue
-        target.status = TargetStatus.DISPATCHED.value
-        target.command_id = command_id_for(rollout.id, target.agent_id)
-        target.dispatched_at = now
-        target.deadline_at = deadline
-        session.add(target)
-        to_send.append((target.agent_id, target.command_id))
+        command_id = command_id_for(rollout.id, agent_id)
+        marks.append({"target_id": target_id, "cid": command_id})
+        to_send.append((agent_id, command_id))
+    already = len(rows) - len(marks)
+    if marks:
+        # One statement for the wave (executemany), each row still conditional on ``pending``.
+        table = RolloutTarget.__table__  # type: ignore[attr-defined]  # Core: no ORM objects
+        session.execute(
+            update(table)
+            .where(
+                table.c.id == bindparam("target_id"),
+                table.c.status == TargetStatus.PENDING.value,
+            )
+            .values(
+                status=TargetStatus.DISPATCHED.value,
+                command_id=bindparam("cid"),
+                dispatched_at=now,
+                deadline_at=deadline,
+            ),
+            marks,
+        )
     return Dispatch(
         rollout.id, wave, to_send, already, None, ArtifactRef.model_validate(rollout.artifact)
     )

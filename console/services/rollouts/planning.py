@@ -8,6 +8,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import insert
 from sqlmodel import Session, select
 
 from console.auth import Principal
@@ -29,7 +30,7 @@ from contracts.rollouts import (
     RolloutCreate,
     RolloutPublic,
 )
-from contracts.vocabulary import CommandFailureKind, ErrorReason, RolloutState
+from contracts.vocabulary import CommandFailureKind, ErrorReason, RolloutState, TargetStatus
 from fleet_policy import (
     AgentId,
     AgentSnapshot,
@@ -166,17 +167,20 @@ def create_rollout(
     )
     session.add(rollout)
     session.flush()
-    for wave in plan.waves:
-        for agent_id in wave.agent_ids:
-            session.add(
-                RolloutTarget(
-                    rollout_id=rollout_id,
-                    agent_id=agent_id,
-                    agent_name=by_id[agent_id].name,
-                    wave=wave.index,
-                    old_version=by_id[agent_id].version,
-                )
-            )
+    rows = [
+        {
+            "rollout_id": rollout_id,
+            "agent_id": agent_id,
+            "agent_name": by_id[agent_id].name,
+            "wave": wave.index,
+            "status": TargetStatus.PENDING.value,
+            "old_version": by_id[agent_id].version,
+        }
+        for wave in plan.waves
+        for agent_id in wave.agent_ids
+    ]
+    if rows:  # one executemany: no ORM object per target (20,000 of them cost seconds)
+        session.execute(insert(RolloutTarget.__table__), rows)  # type: ignore[attr-defined]
     return rollout
 
 

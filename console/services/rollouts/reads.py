@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 
 from console.auth import Principal
 from console.models import PLANNED_WAVES, Rollout, RolloutTarget
@@ -26,20 +26,58 @@ from contracts.vocabulary import CommandFailureKind, DriverLostReason, TargetSta
 log = logging.getLogger(__name__)
 
 
-def present(session: Session, rollout: Rollout, with_targets: bool = True) -> RolloutPublic:
-    targets = session.exec(
-        select(RolloutTarget)
-        .where(RolloutTarget.rollout_id == rollout.id)
-        .order_by(col(RolloutTarget.wave), col(RolloutTarget.agent_name))
+def _counts(session: Session, rollout_id: str) -> dict[int, dict[str, int]]:
+    """Per wave, targets per status: counted by the database (``GROUP BY``), no rows loaded."""
+    rows = session.exec(
+        select(RolloutTarget.wave, RolloutTarget.status, func.count())
+        .where(RolloutTarget.rollout_id == rollout_id)
+        .group_by(col(RolloutTarget.wave), col(RolloutTarget.status))
     ).all()
+    per_wave: dict[int, dict[str, int]] = {}
+    for wave, status, n in rows:
+        per_wave.setdefault(wave, {s.value: 0 for s in TargetStatus})[status] += n
+    return per_wave
+
+
+def _targets(session: Session, rollout_id: str, wave: int | None) -> list[TargetPublic]:
+    query = select(RolloutTarget).where(RolloutTarget.rollout_id == rollout_id)
+    if wave is not None:
+        query = query.where(RolloutTarget.wave == wave)
+    rows = session.exec(
+        query.order_by(col(RolloutTarget.wave), col(RolloutTarget.agent_name))
+    ).all()
+    return [
+        TargetPublic(
+            agent_id=t.agent_id,
+            agent_name=t.agent_name,
+            wave=t.wave,
+            status=TargetStatus(t.status),
+            command_id=t.command_id,
+            old_version=t.old_version,
+            new_version=t.new_version,
+            error=t.error,
+            failure_kind=CommandFailureKind(t.failure_kind) if t.failure_kind else None,
+            dispatched_at=t.dispatched_at,
+            finished_at=t.finished_at,
+        )
+        for t in rows
+    ]
+
+
+def present(
+    session: Session, rollout: Rollout, with_targets: bool = True, *, wave: int | None = None
+) -> RolloutPublic:
+    """The rollout with its counts; with ``with_targets`` its per-agent results (of ``wave``
+    only, when given: a wave's table without the other waves' rows)."""
+    per_wave = _counts(session, rollout.id)
+    targets = _targets(session, rollout.id, wave) if with_targets else None
     # Targets first, then the rollout's state: a reader between two commits then sees at worst
     # "stalled, wave not done" (wait), never "running, wave done" before the stall it caused.
     session.refresh(rollout)
-    per_wave: dict[int, dict[str, int]] = {}
     totals: dict[str, int] = {s.value: 0 for s in TargetStatus}
-    for t in targets:
-        per_wave.setdefault(t.wave, {s.value: 0 for s in TargetStatus})[t.status] += 1
-        totals[t.status] += 1
+    for c in per_wave.values():
+        for status, n in c.items():
+            totals[status] += n
     waves = []
     for w in PLANNED_WAVES.validate_python(rollout.waves):
         c = per_wave.get(w.index, {s.value: 0 for s in TargetStatus})
@@ -70,30 +108,14 @@ def present(session: Session, rollout: Rollout, with_targets: bool = True) -> Ro
         counts=totals,
         waves=waves,
         exclusions=[ExclusionPublic.model_validate(e) for e in rollout.exclusions],
-        targets=[
-            TargetPublic(
-                agent_id=t.agent_id,
-                agent_name=t.agent_name,
-                wave=t.wave,
-                status=TargetStatus(t.status),
-                command_id=t.command_id,
-                old_version=t.old_version,
-                new_version=t.new_version,
-                error=t.error,
-                failure_kind=CommandFailureKind(t.failure_kind) if t.failure_kind else None,
-                dispatched_at=t.dispatched_at,
-                finished_at=t.finished_at,
-            )
-            for t in targets
-        ]
-        if with_targets
-        else None,
+        targets=targets,
         threshold=rollout.threshold,
         driver_lost_reason=DriverLostReason(rollout.driver_lost_reason)
         if rollout.driver_lost_reason
         else None,
         driver_lost_at=rollout.driver_lost_at,
         driver_lost_detail=rollout.driver_lost_detail,
+        halted_at=rollout.stalled_at,
     )
 
 
@@ -118,12 +140,18 @@ async def list_rollouts(
 
 
 async def get_rollout(
-    rt: ServiceRuntime, principal: Principal, rollout_id: str, *, targets: bool = True
+    rt: ServiceRuntime,
+    principal: Principal,
+    rollout_id: str,
+    *,
+    targets: bool = True,
+    wave: int | None = None,
 ) -> RolloutPublic:
-    """Waves, counts, per-agent results (``targets=False`` leaves the per-agent list out)."""
+    """Waves, counts, per-agent results (``targets=False`` leaves the per-agent list out;
+    ``wave`` keeps only that wave's)."""
 
     def work(uow: UnitOfWork) -> RolloutPublic:
         rollout = load_for(uow.session, rollout_id, principal, Scope.ROLLOUTS_READ)
-        return present(uow.session, rollout, with_targets=targets)
+        return present(uow.session, rollout, with_targets=targets, wave=wave)
 
     return await rt.units.run(work)

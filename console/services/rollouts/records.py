@@ -90,8 +90,8 @@ def apply_event(rollout: Rollout, event: RolloutEvent, now: datetime) -> None:
     rollout.state_reason = event.reason
     if status.state is RolloutState.RUNNING and rollout.started_at is None:
         rollout.started_at = now
-    if status.state is RolloutState.STALLED:
-        rollout.stalled_at = now
+    if status.state in (RolloutState.STALLED, RolloutState.PAUSED):
+        rollout.stalled_at = now  # when it last halted (the flow's pause key: one per halt)
     if status.is_terminal:
         rollout.finished_at = now
 

@@ -112,25 +112,48 @@ def record_results(
     halted: list[str] = []
     acks: list[ResultAck] = []
     running: dict[str, tuple[Rollout, ResultCounts | None]] = {}
-    for agent_id, result in results:
+    batch = list(results)
+    tracked = [
+        (agent_id, r)
+        for agent_id, r in batch
+        if r.kind is CommandKind.SELF_UPDATE and r.status in _TRACKED
+    ]
+    targets = _targets_of(session, [r.command_id for _a, r in tracked])
+    for agent_id, result in batch:
         ack = ResultAck(command_id=result.command_id, outcome=ResultAckOutcome.NOT_TRACKED)
         if result.kind is CommandKind.SELF_UPDATE and result.status in _TRACKED:
-            ack = _record_one(session, agent_id, result, now, running, halted)
+            target = targets.get(result.command_id)
+            ack = _record_one(session, agent_id, result, target, now, running, halted)
         acks.append(ack)
     return RecordedResults(halted=halted, acks=acks)
+
+
+_IN_CHUNK = 500
+
+
+def _targets_of(session: Session, command_ids: list[str]) -> dict[str, RolloutTarget]:
+    """The batch's targets by command id, in a few ``IN`` queries instead of one per result."""
+    found: dict[str, RolloutTarget] = {}
+    unique = sorted(set(command_ids))
+    for i in range(0, len(unique), _IN_CHUNK):
+        rows = session.exec(
+            select(RolloutTarget).where(
+                col(RolloutTarget.command_id).in_(unique[i : i + _IN_CHUNK])
+            )
+        ).all()
+        found.update({t.command_id: t for t in rows if t.command_id})
+    return found
 
 
 def _record_one(
     session: Session,
     agent_id: str,
     result: CommandResult,
+    target: RolloutTarget | None,
     now: datetime,
     running: dict[str, tuple[Rollout, ResultCounts | None]],
     halted: list[str],
 ) -> ResultAck:
-    target = session.exec(
-        select(RolloutTarget).where(RolloutTarget.command_id == result.command_id)
-    ).first()
     if target is None or target.agent_id != agent_id:
         # The same words for both: a foreign command's existence is not the sender's business.
         return _refused(result, f"no command {result.command_id} was sent to agent {agent_id}")
