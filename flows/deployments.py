@@ -42,8 +42,8 @@ def declared_deployments(prefect_yaml: Path) -> list[str]:
     names = []
     for deployment in spec.get("deployments") or []:
         path, _, fn = str(deployment["entrypoint"]).rpartition(":")
-        flow = load_flow_from_entrypoint(f"{prefect_yaml.parent / path}:{fn}")
-        names.append(f"{flow.name}/{deployment['name']}")
+        flow_name: str = load_flow_from_entrypoint(f"{prefect_yaml.parent / path}:{fn}").name
+        names.append(f"{flow_name}/{deployment['name']}")
     return names
 
 
