@@ -9,14 +9,15 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import httpx
 import typer
-from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
 
 from flows.cli._common import JsonOption, fail, stdout, table
-from flows.deployments import SealResult, seal_declared
+
+if TYPE_CHECKING:
+    from flows.deployments import SealResult
 
 PrefectYaml = Annotated[
     Path,
@@ -63,6 +64,12 @@ def deploy(
         path = path / "prefect.yaml"
     if not path.is_file():
         fail("no prefect.yaml", f"{path} does not exist (--prefect-yaml / PROXIMA_HOME)")
+    # Prefect is imported here, not with the CLI: it costs seconds that every other verb
+    # (and the tests timing the quiet window through them) would pay.
+    from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
+
+    from flows.deployments import seal_declared
+
     if not seal_only:
         _prefect_deploy(path)
     try:
