@@ -1,17 +1,19 @@
 """``proxima-fleet``: the operator's entry point to the control plane, over the Console API
-(PROXIMA_CONSOLE_URL, PROXIMA_CONSOLE_TOKEN): rollouts, builds, agents and the fleet audit."""
+(PROXIMA_CONSOLE_URL, PROXIMA_CONSOLE_TOKEN): rollouts, builds, agents and the fleet audit; and
+``deploy``, the flows' Prefect deployments with sealed parameter schemas (PREFECT_API_URL)."""
 
 from __future__ import annotations
 
 import typer
 
-from flows.cli import agents, audit, builds, rollouts
+from flows.cli import agents, audit, builds, deploy, rollouts
 
 app = typer.Typer(help="Proxima fleet control plane.", no_args_is_help=True)
 app.add_typer(rollouts.app, name="rollouts", no_args_is_help=True)
 app.add_typer(builds.app, name="builds", no_args_is_help=True)
 app.add_typer(agents.app, name="agents", no_args_is_help=True)
 app.add_typer(audit.app, name="audit", no_args_is_help=True)
+app.command("deploy")(deploy.deploy)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -1,11 +1,13 @@
 """prefect.yaml deploys for real against a Prefect server (the test harness's)."""
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,3 +111,77 @@ def test_a_rollout_created_through_the_console_starts_the_fleet_rollout_deployme
     run = asyncio.run(read())
     assert run.parameters == {"rollout_id": r.json()["id"]}
     assert run.deployment_id is not None
+
+
+def test_a_run_with_a_misspelt_parameter_is_refused_up_front_once_deployed_sealed(prefect_api_url):
+    """Issue 16.16: a REST run of a deployment with a misspelt parameter was accepted (201:
+    Prefect's generated schema leaves unknown names open even with enforce_parameter_schema) and
+    failed later on a worker. `proxima-fleet deploy` seals every schema: Prefect answers 409
+    naming the parameter, and a run with the flow's own parameters is still created."""
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": prefect_api_url,
+        "PROXIMA_HOME": str(ROOT),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
+    pool = _prefect(
+        "work-pool", "create", "proxima-process", "--type", "process", "--overwrite", env=env
+    )
+    assert pool.returncode == 0, pool.stderr + pool.stdout
+    assert _prefect("deploy", "--all", "--no-prompt", env=env).returncode == 0
+    api = httpx.Client(base_url=prefect_api_url, timeout=30)
+
+    def run(deployment: str, parameters: dict) -> httpx.Response:
+        dep = api.get(f"/deployments/name/{deployment}")
+        assert dep.status_code == 200, dep.text
+        return api.post(
+            f"/deployments/{dep.json()['id']}/create_flow_run", json={"parameters": parameters}
+        )
+
+    # What the operator hit: plain `prefect deploy` leaves the schema open.
+    loose = run("identity-release/identity-release", {"dry_rn": False})
+    assert loose.status_code == 201, loose.text
+    assert api.delete(f"/flow_runs/{loose.json()['id']}").status_code == 204
+
+    sealed = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "deploy", "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert sealed.returncode == 0, sealed.stderr + sealed.stdout
+    report = {r["deployment"]: r for r in json.loads(sealed.stdout)}
+    assert set(report) == {
+        "fleet-rollout/fleet-rollout",
+        "fleet-audit/fleet-audit",
+        "identity-release/identity-release",
+        "enrollment-check/enrollment-check",
+        "hostdatadir-migration/hostdatadir-migration",
+    }
+    assert all(r["sealed"] for r in report.values()), report
+
+    refused = run("identity-release/identity-release", {"dry_rn": False})
+    assert refused.status_code == 409, refused.text
+    assert "'dry_rn' was unexpected" in refused.json()["detail"]
+    refused = run("fleet-rollout/fleet-rollout", {"rollout_id": "r1", "poll_second": 1})
+    assert refused.status_code == 409 and "'poll_second'" in refused.json()["detail"]
+    accepted = run("identity-release/identity-release", {"agent_ids": ["a1"], "dry_run": True})
+    assert accepted.status_code == 201, accepted.text
+    assert api.delete(f"/flow_runs/{accepted.json()['id']}").status_code == 204
+    # The schedule's and prefect.yaml's default parameters still validate against it.
+    audit = api.get("/deployments/name/fleet-audit/fleet-audit").json()
+    assert audit["parameter_openapi_schema"]["additionalProperties"] is False
+    assert audit["parameters"] == {}
+
+    again = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "deploy", "--seal-only", "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 0, again.stderr
+    assert not any(r["sealed"] for r in json.loads(again.stdout))

@@ -3,6 +3,8 @@ NATS, simulated agents and the Kubernetes API double."""
 
 import asyncio
 import json
+import socket
+import threading
 import uuid
 from datetime import UTC, datetime
 
@@ -380,3 +382,59 @@ def test_the_enrollment_check_passes_with_a_real_cluster_collector_and_node_agen
     assert result["passed"], result["report"]
     assert result["node_agents"] == result["nodes"] == 2
     assert result["collector"] == collector.name
+
+
+async def test_the_enrollment_check_keeps_asking_through_a_lost_console(audit_console):
+    """Issue 16.16: one connection error from the Console ended enrollment-check. It now asks
+    again until its deadline: here the Console is gone (its port drops every connection, then
+    refuses them) while the check starts, and comes back with the cluster onboarded."""
+    from flows.enrollment_check import enrollment_check
+
+    with audit_console.client() as c:
+        c.post("/api/v1/clusters", json={"name": "steady"}).raise_for_status()
+    nc = await _collector(audit_console, "steady", inventory=True)
+    await nc.close()
+
+    def onboarded():
+        with audit_console.client() as c:
+            body = c.get("/api/v1/clusters/steady/onboarding").json()
+        return body["done"]
+
+    await asyncio.to_thread(wait_for, onboarded, what="steady onboarded")
+    audit_console.stop()
+    dropped, stop = [], threading.Event()
+    listener = socket.create_server(("127.0.0.1", audit_console.port))
+    listener.settimeout(0.1)
+
+    def drop_connections():
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            dropped.append(conn)
+            conn.close()
+        listener.close()
+
+    dropper = threading.Thread(target=drop_connections, daemon=True)
+    dropper.start()
+    check = asyncio.ensure_future(
+        asyncio.to_thread(
+            enrollment_check,
+            cluster_slug="steady",
+            deadline_seconds=120,
+            poll_seconds=0.2,
+            return_state=True,
+        )
+    )
+    try:
+        await asyncio.to_thread(
+            wait_for, lambda: len(dropped) >= 2, what="the check asked the lost Console twice"
+        )
+    finally:
+        stop.set()
+        dropper.join()
+    await asyncio.to_thread(audit_console.start)
+    run = await check
+    assert run.is_completed(), run.message
+    assert (await run.result())["passed"]

@@ -308,18 +308,18 @@ def test_the_api_defaults_are_the_default_policy():
 
 
 def _web_form_body(**cleared: str) -> RolloutCreate:
-    from console.web.routes import rollouts as form
+    from console.web import rollout_form as form
 
-    values = form._defaults(SimpleNamespace(settings=ConsoleSettings()))
+    values = form.defaults(SimpleNamespace(settings=ConsoleSettings()))
     values.update(source="reference", **ARTIFACT.model_dump())
     for name, value in cleared.items():
         if name == "min_executed":
             values["criteria"][0]["min_executed"] = value
         else:
             values[name] = value
-    body, errors = form._body(values, [])
-    assert errors == []
-    return RolloutCreate.model_validate(body)
+    body, errors = form.parse(values, [])
+    assert body is not None and errors == {}
+    return body
 
 
 def test_the_untouched_web_form_asks_for_the_default_policy():
@@ -334,8 +334,9 @@ def test_a_cleared_web_form_field_falls_back_to_the_default_policy_not_a_copy():
     api = RolloutCreate(artifact=ARTIFACT)
     web = _web_form_body(min_executed="")
     assert web.criteria == api.criteria
-    text = (CONSOLE / "web" / "routes" / "rollouts.py").read_text()
-    assert "1, 10, 50, 100" not in text, "the percentages are rendered from the defaults"
+    for module in ("routes/rollouts.py", "rollout_form.py"):
+        text = (CONSOLE / "web" / module).read_text()
+        assert "1, 10, 50, 100" not in text, "the percentages are rendered from the defaults"
 
 
 # -- the quiet window: DEFAULT_QUIET_WINDOW_SECONDS and PROXIMA_IDENTITY_QUIET_SECONDS -------------
@@ -428,3 +429,33 @@ def test_the_quiet_window_scan_finds_a_copy():
         "quiet_for = held.seconds_since_seen or 0.0  # an age for a message\n"
     )
     assert _quiet_literals(REPO / "fine.py", fine) == []
+
+
+def test_each_error_of_the_web_rollout_form_lands_on_the_field_it_was_typed_in():
+    """Issue 16.14: the form listed the API model's errors at the top, one line per location
+    (`criteria.0.threshold_count: …`), far from the inputs. Each is now drawn beside its field;
+    a criterion's error finds its form row even when an empty row before it was left out."""
+    from console.web import rollout_form as form
+
+    values = form.defaults(SimpleNamespace(settings=ConsoleSettings()))
+    values.update(source="reference", **ARTIFACT.model_dump())
+    values.update(sha256="beef", labels="tier", percentages="50, 150", wave_timeout_seconds="0")
+    values["criteria"][0].update(threshold_percent="", threshold_count="")  # row 0 left empty
+    values["criteria"][1].update(threshold_count="0")
+    body, errors = form.parse(values, [])
+    assert body is None
+    assert set(errors) == {
+        "sha256",
+        "labels",
+        "percentages",
+        "wave_timeout_seconds",
+        "c1_threshold_count",
+    }
+    assert errors["labels"] == ["'tier' is not key=value."]
+    assert all(field in form.FIELD_IDS for field in errors)
+
+    hosted = form.defaults(SimpleNamespace(settings=ConsoleSettings()))
+    body, errors = form.parse(hosted, [])
+    assert body is None and errors == {
+        "hosted": ["Pick a hosted build, or enter a reference below."]
+    }

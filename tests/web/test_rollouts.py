@@ -119,10 +119,25 @@ def test_abort_and_refusals_on_the_rollout_page(web_console, ui):
         page.fill("#r-url", "http://127.0.0.1:1/a.pyz")
         page.fill("#r-sha", "not-hex")
         page.fill("#r-sig", "s" * 86)
+        page.fill("#r-labels", "tier")
+        page.fill("#r-pct", "50, 150")
         page.get_by_role("button", name="Create rollout").click()
-        expect(page.locator("#rollout-errors")).to_contain_text("artifact.sha256")
+        # Every refusal at once, each beside its field (issue 16.14), not the first at the top.
+        expect(page.locator("#rollout-errors")).to_contain_text("3 fields to correct")
+        expect(page.locator("#r-sha-error")).to_contain_text("pattern")
+        expect(page.locator("#r-labels-error")).to_contain_text("'tier' is not key=value")
+        expect(page.locator("#r-pct-error")).to_contain_text("less than or equal to 100")
+        for field in ("#r-sha", "#r-labels", "#r-pct"):
+            expect(page.locator(field)).to_have_attribute("aria-invalid", "true")
+        expect(page.locator("#r-version")).not_to_have_attribute("aria-invalid", "true")
+        expect(page.locator("#r-pct")).to_have_attribute("aria-describedby", "pct-help r-pct-error")
+        expect(page.locator("#rollout-errors a", has_text="pattern")).to_have_attribute(
+            "href", "#r-sha"
+        )
         assert page.locator("#r-version").input_value() == "0.9.1"  # kept
         page.fill("#r-sha", "0" * 64)
+        page.fill("#r-labels", "")
+        page.fill("#r-pct", "50, 100")
         page.get_by_role("button", name="Create rollout").click()
         page.wait_for_url(re.compile(r"/rollouts/[0-9a-f]{32}$"))
         # No one-click abort: it asks for a reason, and records it with who gave it.

@@ -64,3 +64,30 @@ def test_tokens_are_shown_once_revoked_and_scoped(web_console, ui):
             },
         )
     assert r.status_code == 403 and "scope_escalation" in r.text
+
+
+def test_a_refused_token_form_shows_every_error_beside_its_field(web_console, ui):
+    """Issue 16.14: the page showed the first validation error only, as a flash at the top,
+    and forgot what was typed. Each error is now drawn beside its field, the form kept open
+    with its values."""
+    view = ui(web_console)
+    page = view.page
+    view.goto("/tokens")
+    _open(page, "Create an API token")
+    page.fill("#at-name", "no scopes")
+    page.get_by_role("button", name="Create API token").click()
+    expect(page.locator("#at-scopes-error")).to_contain_text("at least 1 item")
+    expect(page.locator("#at-scopes")).to_have_attribute("aria-invalid", "true")
+    assert page.locator("#at-name").input_value() == "no scopes"  # kept
+    expect(page.locator("#at-name")).not_to_have_attribute("aria-invalid", "true")
+    expect(page.locator(".flash-error")).to_contain_text("API token was not created")
+
+    _open(page, "Create an install token")
+    page.fill("#it-name", "big rack")
+    page.fill("#it-uses", "2000000")
+    page.fill("#it-slug", "x" * 63)
+    page.get_by_role("button", name="Create install token").click()
+    expect(page.locator("#it-uses-error")).to_contain_text("1000000")
+    expect(page.locator("#it-uses")).to_have_attribute("aria-describedby", "it-uses-error")
+    assert page.locator("#it-name").input_value() == "big rack"
+    assert page.locator("#install-tokens tr", has_text="big rack").count() == 0

@@ -3,38 +3,29 @@ operator takes when it stalls, and a form to start one."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
-from pydantic import ValidationError
 
 from console.core.settings import flow_run_link, public_url_warning
 from console.errors import ConsoleError, ForbiddenError, NotFoundError, UnauthorizedError
 from console.schemas import Scope
 from console.services import artifacts
 from console.services.rollouts import drivers, lifecycle, planning, reads
+from console.web import rollout_form
 from console.web.deps import FormDep, RuntimeDep, Viewer, ViewerDep, get_web
-from console.web.forms import Form
+from console.web.forms import FORM_WIDE, FieldErrors
 from console.web.routing import PageRoute
 from contracts.agent_types import AgentType
-from contracts.rollouts import ArtifactRef, RolloutCreate, RolloutPublic
-from contracts.vocabulary import ErrorReason, FailureType, ThresholdAction
-from fleet_policy.defaults import (
-    DEFAULT_CANARY_SIZE,
-    DEFAULT_CRITERION,
-    DEFAULT_MIN_EXECUTED,
-    DEFAULT_WAVE_PERCENTAGES,
-    DEFAULT_WAVE_TIMEOUT_SECONDS,
-)
+from contracts.rollouts import ArtifactRef, RolloutPublic
+from contracts.vocabulary import ErrorReason, FailureType
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
 FINAL_STATES = ("succeeded", "aborted", "failed")
 DECISIONS = ("resume", "pause", "abort", "restart-driver")
-_SPLIT = re.compile(r"[\s,]+")
 
 
 async def _artifacts(viewer: Viewer, runtime: Any) -> list[ArtifactRef]:
@@ -58,55 +49,13 @@ async def list_rollouts(request: Request, viewer: ViewerDep, runtime: RuntimeDep
     )
 
 
-def _text(number: float | None) -> str:
-    return "" if number is None else f"{number:g}"
-
-
-def _defaults(runtime: Any) -> dict[str, Any]:
-    """The form as first shown: the one default rollout policy (``fleet_policy.defaults``)."""
-    return {
-        "name": "",
-        "source": "hosted",
-        "hosted": "",
-        "version": "",
-        "url": "",
-        "sha256": "",
-        "signature": "",
-        "agent_types": ["host"],
-        "labels": "",
-        "version_range": "",
-        "agent_ids": "",
-        "canary_size": str(DEFAULT_CANARY_SIZE),
-        "percentages": ", ".join(f"{p:g}" for p in DEFAULT_WAVE_PERCENTAGES),
-        "max_wave_size": "",
-        "criteria": [
-            {
-                "failure_type": DEFAULT_CRITERION.failure_type.value,
-                "threshold_percent": _text(DEFAULT_CRITERION.threshold_percent),
-                "threshold_count": _text(DEFAULT_CRITERION.threshold_count),
-                "min_executed": str(DEFAULT_CRITERION.min_executed),
-                "action": DEFAULT_CRITERION.action.value,
-            },
-            {  # a second row offered for timeouts; empty thresholds leave it out
-                "failure_type": FailureType.TIMED_OUT.value,
-                "threshold_percent": "",
-                "threshold_count": "",
-                "min_executed": str(DEFAULT_MIN_EXECUTED),
-                "action": ThresholdAction.ABORT.value,
-            },
-        ],
-        "wave_timeout_seconds": f"{DEFAULT_WAVE_TIMEOUT_SECONDS:g}",
-        "start_flow": bool(runtime.settings.prefect_api_url),
-    }
-
-
 async def _form_page(
     request: Request,
     viewer: Viewer,
     runtime: Any,
     *,
     values: dict[str, Any],
-    errors: list[str],
+    errors: FieldErrors,
 ) -> Response:
     return get_web(request).templates.render(
         request,
@@ -117,6 +66,13 @@ async def _form_page(
         flashes=viewer.session.take_flashes(),
         values=values,
         errors=errors,
+        form_wide=errors.get(FORM_WIDE, []),
+        summary=[
+            (rollout_form.FIELD_IDS[field], message)
+            for field, messages in errors.items()
+            if field in rollout_form.FIELD_IDS
+            for message in messages
+        ],
         artifacts=await _artifacts(viewer, runtime),
         agent_types=[t.value for t in AgentType],
         failure_types=[f.value for f in FailureType],
@@ -130,102 +86,9 @@ async def _form_page(
 @router.get("/rollouts/new")
 async def new_rollout(request: Request, viewer: ViewerDep, runtime: RuntimeDep) -> Response:
     viewer.require(Scope.ROLLOUTS_WRITE)
-    return await _form_page(request, viewer, runtime, values=_defaults(runtime), errors=[])
-
-
-def _values(form: Form) -> dict[str, Any]:
-    return {
-        "name": form.get("name"),
-        "source": "reference" if form.get("source") == "reference" else "hosted",
-        "hosted": form.get("hosted"),
-        "version": form.get("version"),
-        "url": form.get("url"),
-        "sha256": form.get("sha256").lower(),
-        "signature": form.get("signature"),
-        "agent_types": form.getlist("agent_types"),
-        "labels": form.get("labels"),
-        "version_range": form.get("version_range"),
-        "agent_ids": form.get("agent_ids"),
-        "canary_size": form.get("canary_size"),
-        "percentages": form.get("percentages"),
-        "max_wave_size": form.get("max_wave_size"),
-        "criteria": [
-            {
-                "failure_type": form.get(f"c{i}_failure_type", DEFAULT_CRITERION.failure_type),
-                "threshold_percent": form.get(f"c{i}_threshold_percent"),
-                "threshold_count": form.get(f"c{i}_threshold_count"),
-                "min_executed": form.get(f"c{i}_min_executed"),
-                "action": form.get(f"c{i}_action", DEFAULT_CRITERION.action),
-            }
-            for i in range(2)
-        ],
-        "wave_timeout_seconds": form.get("wave_timeout_seconds"),
-        "start_flow": form.flag("start_flow"),
-    }
-
-
-def _body(values: dict[str, Any], artifacts: list[ArtifactRef]) -> tuple[dict[str, Any], list[str]]:
-    """The API's request body from the form; the API's own model validates it next."""
-    errors: list[str] = []
-    if values["source"] == "hosted":
-        match = next((a for a in artifacts if a.url == values["hosted"]), None)
-        if match is None:
-            errors.append("artifact: pick a hosted build, or enter a reference")
-            artifact: dict[str, Any] = {}
-        else:
-            artifact = match.model_dump()
-    else:
-        artifact = {k: values[k] for k in ("version", "url", "sha256", "signature")}
-    labels: dict[str, str] = {}
-    for item in filter(None, (p.strip() for p in values["labels"].split(","))):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            errors.append(f"selector.labels: {item!r} is not key=value")
-        else:
-            labels[key.strip()] = value.strip()
-    percentages: list[str] = [p for p in _SPLIT.split(values["percentages"]) if p]
-    criteria = []
-    for i, c in enumerate(values["criteria"]):
-        if not c["threshold_percent"] and not c["threshold_count"]:
-            continue  # an empty row
-        criteria.append(
-            {
-                "failure_type": c["failure_type"],
-                "threshold_percent": c["threshold_percent"] or None,
-                "threshold_count": c["threshold_count"] or None,
-                "min_executed": c["min_executed"] or DEFAULT_MIN_EXECUTED,
-                "action": c["action"],
-            }
-        )
-        if c["action"] not in set(ThresholdAction):
-            errors.append(f"criteria.{i}.action: stall or abort")
-    body: dict[str, Any] = {
-        "name": values["name"] or "rollout",
-        "artifact": artifact,
-        "selector": {
-            "agent_types": values["agent_types"],
-            "labels": labels,
-            "version_range": values["version_range"],
-            "agent_ids": [a for a in _SPLIT.split(values["agent_ids"]) if a],
-        },
-        "waves": {
-            "canary_size": values["canary_size"] or DEFAULT_CANARY_SIZE,
-            "percentages": percentages or None,
-            "max_wave_size": values["max_wave_size"] or None,
-        },
-        "criteria": criteria,
-        "wave_timeout_seconds": values["wave_timeout_seconds"] or DEFAULT_WAVE_TIMEOUT_SECONDS,
-        "start_flow": values["start_flow"],
-    }
-    return body, errors
-
-
-def _validation_errors(exc: ValidationError) -> list[str]:
-    out = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ()))
-        out.append(f"{loc or 'rollout'}: {str(err.get('msg')).removeprefix('Value error, ')}")
-    return out
+    return await _form_page(
+        request, viewer, runtime, values=rollout_form.defaults(runtime), errors=FieldErrors()
+    )
 
 
 @router.post("/rollouts/new")
@@ -233,14 +96,9 @@ async def create_rollout(
     request: Request, viewer: ViewerDep, form: FormDep, runtime: RuntimeDep
 ) -> Response:
     viewer.require(Scope.ROLLOUTS_WRITE)
-    values = _values(form)
-    body, errors = _body(values, await _artifacts(viewer, runtime))
-    if not errors:
-        try:
-            create = RolloutCreate.model_validate(body)
-        except ValidationError as exc:
-            errors = _validation_errors(exc)
-    if errors:
+    values = rollout_form.values(form)
+    create, errors = rollout_form.parse(values, await _artifacts(viewer, runtime))
+    if create is None:
         return await _form_page(request, viewer, runtime, values=values, errors=errors)
     try:
         rollout = await planning.create(
@@ -257,7 +115,7 @@ async def create_rollout(
             viewer,
             runtime,
             values=values,
-            errors=[f"{exc.reason}: {exc.message}"],
+            errors=FieldErrors({FORM_WIDE: [f"{exc.reason}: {exc.message}"]}),
         )
     viewer.session.flash(
         "ok",
