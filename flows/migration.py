@@ -261,16 +261,8 @@ def hostdatadir_migration(
     check_apply(plan, data_path=cluster.data_path, new_dir=new_dir)
     moving = cluster.data_path != new_dir
     if moving:
-        helm = HelmRelease(
-            release=release,
-            chart=chart,
-            namespace=namespace,
-            kubeconfig=kubeconfig,
-            kube_context=kube_context,
-        )
-        upgrade = helm_upgrade(
-            helm_mode, helm, new_dir, helm_binary, list(values_files or []), target
-        )
+        helm = HelmRelease(release, chart, namespace, kubeconfig, kube_context)
+        upgrade = helm_upgrade(helm_mode, helm, new_dir, helm_binary, values_files or [], target)
         result["upgrade"] = {"mode": upgrade.mode, "applied": list(upgrade.applied)}
     outcomes = wait_for_nodes(
         list(plan.rows),
