@@ -223,15 +223,22 @@ def test_agents_rotate_then_revoke_a_real_agent(console, agents):
     a.wait_ready()
     agent_id = a.agent_id()
     wait_for(lambda: console.agent(agent_id)["status"] == "online", what="online")
-    key_before = a.state()["public_key"]
+    state_before = json.dumps(a.state(), sort_keys=True)
 
     rotated = json.loads(ok(console, "agents", "rotate", agent_id, "--json"))
-    assert rotated["agent_id"] == agent_id and rotated["public_key"] != key_before
+    assert rotated["agent_id"] == agent_id and rotated["public_key"]
     wait_for(
-        lambda: a.state()["public_key"] == rotated["public_key"], what="the agent holds the new key"
+        lambda: (
+            json.dumps(a.state(), sort_keys=True) != state_before
+            and not a.state().get("pending_seed")
+        ),
+        what="the agent promoted its new key",
     )
     assert console.agent(agent_id)["credentials_rotated_at"]
-    assert "new key" in ok(console, "agents", "rotate", agent_id)
+    a.wait_ready()
+    wait_for(lambda: console.agent(agent_id)["status"] == "online", what="online on the new key")
+    again = ok(console, "agents", "rotate", agent_id)
+    assert again.startswith(f"agent {agent_id}: new key ") and rotated["public_key"] not in again
 
     revoked = ok(console, "agents", "revoke", agent_id)
     assert revoked.startswith(f"agent {agent_id} (cli-rot): revoked at ")
