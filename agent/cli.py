@@ -11,16 +11,14 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-# Typer vendors click; its exceptions are only reachable under this private name.
-from typer._click import exceptions as click_errors
-
 from agent import __version__
-from agent.errors import AgentError, EnvironmentProblemError, ExitCode, NotEnrolledError
+from agent.errors import AgentError, EnvironmentProblemError, NotEnrolledError
 from agent.settings import DEFAULT_DATA_DIR, ENV_PREFIX
+from contracts.cli_errors import run as run_cli
 
 if TYPE_CHECKING:
     from agent.settings import AgentSettings
@@ -39,12 +37,6 @@ app = typer.Typer(
 
 def _env(name: str) -> str:
     return f"[env: {ENV_PREFIX}{name}]"
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    sys.stderr.write(f"proxima-agent: error: {message}\n")
-    sys.stderr.flush()
-    raise SystemExit(code)
 
 
 @app.command()
@@ -338,28 +330,11 @@ def version(
     sys.stdout.write(f"proxima-agent {__version__}\n")
 
 
+def _agent_error(e: Exception) -> tuple[str, int] | None:
+    return (str(e), int(e.exit_code)) if isinstance(e, AgentError) else None
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: one line on stderr and a non-zero exit for every failure."""
-    command = typer.main.get_command(app)
-    try:
-        command.main(args=argv, prog_name="proxima-agent", standalone_mode=False)
-    except AgentError as e:
-        _fail(str(e), int(e.exit_code))
-    except click_errors.NoArgsIsHelpError as e:
-        sys.stdout.write(e.format_message() + "\n")
-        _fail("no command given: use run, status or version", int(ExitCode.CONFIG))
-    except click_errors.UsageError as e:
-        where = "proxima-agent"
-        if e.ctx is not None and e.ctx.info_name and e.ctx.info_name != "proxima-agent":
-            where = f"proxima-agent {e.ctx.info_name}"
-        _fail(f"{e.format_message()} (see {where} --help)", int(ExitCode.CONFIG))
-    except click_errors.ClickException as e:
-        _fail(e.format_message(), e.exit_code or int(ExitCode.CONFIG))
-    except (typer.Abort, EOFError):
-        _fail("aborted", 130)
-    except typer.Exit as e:
-        raise SystemExit(e.exit_code) from None
-    except KeyboardInterrupt:
-        raise SystemExit(130) from None
-    except Exception as e:  # the last line of defence: still one line, still non-zero
-        _fail(f"internal error: {e.__class__.__name__}: {e}", int(ExitCode.INTERNAL))
+    """Console-script entry point: one line on stderr and a non-zero exit for every failure
+    (the shape and table every Proxima CLI shares: contracts.cli_errors)."""
+    run_cli(app, "proxima-agent", argv, translate=_agent_error)

@@ -6,7 +6,6 @@ import dataclasses
 import json
 import logging
 import os
-import sys
 from typing import Annotated, NoReturn
 
 import typer
@@ -16,7 +15,11 @@ from rich.table import Table
 from sqlmodel import Session
 
 from console.core.settings import ConsoleSettings
+from contracts.cli_errors import EXIT_FAILURE, EXIT_USAGE, error, warning
+from contracts.cli_errors import run as run_cli
 from contracts.settings_env import describe_invalid, misspelt, variable_names
+
+PROGRAM = "proxima-console"
 
 app = typer.Typer(
     help="The Proxima Console backend. Settings are PROXIMA_* environment variables "
@@ -31,22 +34,21 @@ def _settings(**overrides: object) -> ConsoleSettings:
     try:
         settings = ConsoleSettings()
     except ValidationError as exc:
-        _fail(f"invalid settings: {describe_invalid(exc)}")
+        _fail(f"invalid settings: {describe_invalid(exc)}", EXIT_USAGE)
     for variable, meant in misspelt(os.environ, variable_names(ConsoleSettings)):
-        print(
-            f"proxima-console: warning: {variable} is not a setting of proxima-console and is "
-            f"ignored; did you mean {meant}?",
-            file=sys.stderr,
+        warning(
+            PROGRAM,
+            f"{variable} is not a setting of proxima-console and is ignored; did you mean {meant}?",
         )
     updates = {k: v for k, v in overrides.items() if v is not None}
     return settings.model_copy(update=updates) if updates else settings
 
 
-def _fail(message: str) -> NoReturn:
-    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not ln.startswith("(Background on this error")]
-    print(f"proxima-console: {' '.join(lines)}", file=sys.stderr)
-    raise typer.Exit(1)
+def _fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:
+    """``proxima-console: error: <message>`` (SQLAlchemy's background link dropped), the
+    exit status of ``contracts.cli_errors``' table."""
+    lines = [ln for ln in message.splitlines() if not ln.strip().startswith("(Background on")]
+    error(PROGRAM, "\n".join(lines), code)
 
 
 @app.command()
@@ -62,7 +64,8 @@ def serve(
 
     settings = _settings(host=host, port=port)
     configure(settings.log_level, settings.log_format)
-    logging.getLogger("uvicorn.error").addFilter(OneLineStartupFailure())
+    startup = OneLineStartupFailure()
+    logging.getLogger("uvicorn.error").addFilter(startup)
     if not settings.public_url:
         logging.getLogger("console").warning(
             "PROXIMA_PUBLIC_URL is not set: the onboarding wizard's backendUrl and hosted build "
@@ -77,6 +80,11 @@ def serve(
             log_config=None,
             access_log=False,
         )
+    except SystemExit as exc:  # uvicorn's "startup failed" (3), after logging the reason
+        if exc.code:
+            why = startup.reason or "the reason is logged above"
+            _fail(f"startup failed: {why}", exc.code if isinstance(exc.code, int) else 1)
+        raise
     except Exception as exc:
         _fail(str(exc))
 
@@ -121,11 +129,11 @@ def bootstrap(
         _fail(f"bootstrap failed: {exc}")
         return
     if result.existed:
-        print(
-            f"proxima-console: warning: {result.client_name} / {result.environment_name} existed "
-            "already: this minted one more admin token; the earlier ones stay valid (list them: "
-            "GET /api/v1/api-tokens; revoke: POST /api/v1/api-tokens/<id>/revoke)",
-            file=sys.stderr,
+        warning(
+            PROGRAM,
+            f"{result.client_name} / {result.environment_name} existed already: this minted "
+            "one more admin token; the earlier ones stay valid (list them: GET "
+            "/api/v1/api-tokens; revoke: POST /api/v1/api-tokens/<id>/revoke)",
         )
     if as_json:
         print(json.dumps(dataclasses.asdict(result)))
@@ -168,7 +176,9 @@ def nats_config(
 
 
 def main() -> None:
-    app()
+    """Console-script entry point: one error line and the table's exit status for every
+    failure, usage errors included (contracts.cli_errors)."""
+    run_cli(app, PROGRAM)
 
 
 if __name__ == "__main__":

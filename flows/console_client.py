@@ -48,6 +48,7 @@ _PUBLISHED_NAMES = {
 _CLUSTERS = TypeAdapter(list[ClusterView])
 _ROLLOUTS = TypeAdapter(list[RolloutPublic])
 _ARTIFACTS = TypeAdapter(list[ArtifactRef])
+_AUDIT_RUNS = TypeAdapter(list[AuditRunPublic])
 
 
 class ConsoleApiError(RuntimeError):
@@ -144,6 +145,13 @@ class ConsoleClient:
         body = {"reason": reason} if action in ("pause", "abort") else None
         return RolloutPublic.model_validate(
             self._call("POST", f"/api/v1/fleet/rollouts/{rollout_id}/{action}", json=body)
+        )
+
+    def restart_driver(self, rollout_id: str) -> RolloutPublic:
+        """A fresh ``fleet-rollout`` flow run for a rollout whose run is gone (409
+        ``driver_running`` while the recorded one is alive)."""
+        return RolloutPublic.model_validate(
+            self._call("POST", f"/api/v1/fleet/rollouts/{rollout_id}/restart-driver")
         )
 
     # fleet ----------------------------------------------------------------------------------
@@ -259,6 +267,16 @@ class ConsoleClient:
         return AuditRunPublic.model_validate(
             self._call("POST", "/api/v1/audit/runs", json=body.model_dump(mode="json"))
         )
+
+    def audit_runs(self, limit: int = 20) -> list[AuditRunPublic]:
+        """The newest audit runs, without their findings."""
+        return _AUDIT_RUNS.validate_python(
+            self._call("GET", "/api/v1/audit/runs", params={"limit": limit})
+        )
+
+    def audit_run(self, run_id: str) -> AuditRunPublic:
+        """One audit run with its findings."""
+        return AuditRunPublic.model_validate(self._call("GET", f"/api/v1/audit/runs/{run_id}"))
 
     def latest_audit(self) -> AuditRunPublic:
         """The newest fleet-audit run with its findings (404 ``no_audit`` before the first)."""

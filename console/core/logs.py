@@ -36,12 +36,16 @@ class OneLineStartupFailure(logging.Filter):
     """uvicorn logs a failed startup as the whole traceback and then "Application startup
     failed. Exiting.": keep one line, the exception's own, so the operator reads the reason."""
 
+    reason: str | None = None
+    """The last start-up failure's line, for the CLI's closing error line."""
+
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         if message.startswith("Application startup failed"):
             return False
         if "Traceback (most recent call last)" in message:
             last = [ln for ln in message.splitlines() if ln.strip()][-1]
-            record.msg, record.args = f"startup failed: {last.strip()}", None
+            self.reason = last.strip()
+            record.msg, record.args = f"startup failed: {self.reason}", None
             record.exc_info = record.exc_text = None
         return True

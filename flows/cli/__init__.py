@@ -6,25 +6,28 @@ from __future__ import annotations
 
 import typer
 
-from flows.cli import agents, audit, builds, deploy, rollouts
+from contracts.cli_errors import EXIT_USAGE, error
+from contracts.cli_errors import run as run_cli
+from flows.cli import agents, audit, builds, clusters, deploy, rollouts
+from flows.cli._common import PROGRAM
 
 app = typer.Typer(help="Proxima fleet control plane.", no_args_is_help=True)
 app.add_typer(rollouts.app, name="rollouts", no_args_is_help=True)
 app.add_typer(builds.app, name="builds", no_args_is_help=True)
 app.add_typer(agents.app, name="agents", no_args_is_help=True)
 app.add_typer(audit.app, name="audit", no_args_is_help=True)
+app.add_typer(clusters.app, name="clusters", no_args_is_help=True)
 app.command("deploy")(deploy.deploy)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def demo() -> None:
     """Moved out of the product: run `python3 scripts/dev.py demo` from a checkout."""
-    typer.echo(
-        "proxima-fleet: the demo moved out of the product: run `python3 scripts/dev.py demo` "
-        "from a checkout",
-        err=True,
+    error(
+        PROGRAM,
+        "the demo moved out of the product: run `python3 scripts/dev.py demo` from a checkout",
+        EXIT_USAGE,
     )
-    raise typer.Exit(2)
 
 
 @app.callback()
@@ -33,4 +36,5 @@ def _root() -> None:
 
 
 def main() -> None:
-    app()
+    """One error line and the shared exit table for every failure (contracts.cli_errors)."""
+    run_cli(app, PROGRAM)

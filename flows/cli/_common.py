@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
+from contracts.cli_errors import EXIT_FAILURE, EXIT_USAGE, error
 from flows.console_client import ConsoleApiError, ConsoleClient
 from flows.settings import FlowSettings
 
@@ -25,10 +26,16 @@ JsonOption = Annotated[
 stdout = Console(highlight=False, soft_wrap=False)
 
 
-def fail(reason: str, message: str) -> NoReturn:
-    """``proxima-fleet: error: <reason>: <message>`` on stderr, exit status 1."""
-    typer.echo(f"proxima-fleet: error: {reason}: {message}", err=True)
-    raise typer.Exit(1)
+PROGRAM = "proxima-fleet"
+EXIT_CONFIG = EXIT_USAGE
+"""A missing or bad setting (PREFECT_API_URL, PROXIMA_HOME): exit status 2."""
+
+
+def fail(reason: str, message: str, *, code: int = EXIT_FAILURE) -> NoReturn:
+    """``proxima-fleet: error: <reason>: <message>`` on stderr; exit status 1 (a failure or a
+    refusal) or ``EXIT_CONFIG`` (2: a missing or bad setting), the table of
+    ``contracts.cli_errors``."""
+    error(PROGRAM, f"{reason}: {message}", code)
 
 
 @contextmanager

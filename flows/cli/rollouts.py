@@ -195,6 +195,22 @@ def abort(
     _decide(rollout_id, "abort", reason, as_json)
 
 
+@app.command("restart-driver")
+def restart_driver(rollout_id: RolloutId, as_json: JsonOption = False) -> None:
+    """Start a fresh fleet-rollout flow run for a rollout whose run crashed, failed, was
+    cancelled or vanished; it goes on where the last one stopped (refused while that run is
+    alive: driver_running)."""
+    with console_client() as client:
+        rollout = client.restart_driver(rollout_id)
+    if as_json:
+        emit_json(rollout)
+    else:
+        stdout.print(
+            f"rollout {rollout.id} ({rollout.name}): {rollout.state}, "
+            f"driven by flow run {rollout.flow_run_id}"
+        )
+
+
 def _artifact(
     client: ConsoleClient, version: str, signature: str | None, url: str | None, sha256: str | None
 ) -> dict[str, Any]:

@@ -46,7 +46,7 @@ def test_bootstrap_applies_migrations_and_prints_a_token_once_as_json(tmp_path, 
 def test_a_broken_database_url_fails_with_one_line_on_stderr(tmp_path):
     r = _cli("bootstrap", env={"PROXIMA_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/x"})
     assert r.returncode == 1
-    assert r.stderr.startswith("proxima-console: bootstrap failed:")
+    assert r.stderr.startswith("proxima-console: error: bootstrap failed:")
     assert len(r.stderr.strip().splitlines()) == 1
 
 

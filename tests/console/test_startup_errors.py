@@ -42,6 +42,10 @@ def test_a_taken_nats_port_is_one_line_naming_the_port_and_the_fix(tmp_path: Pat
     (line,) = _errors(done.stderr)
     assert f"127.0.0.1:{port}" in line and "address already in use" in line
     assert "set PROXIMA_NATS_PORT to a free port" in line
+    # ... and the command ends with the one error line every Proxima CLI ends with.
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("proxima-console: error: startup failed: ") and str(port) in last
+    assert done.returncode == 3
 
 
 def test_an_unreachable_external_nats_is_waited_for_then_one_line(tmp_path: Path):

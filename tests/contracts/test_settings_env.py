@@ -71,9 +71,9 @@ def _console(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_console_cli_says_one_line_for_a_bad_setting_and_warns_on_a_misspelt_one(tmp_path):
     bad = _console("serve", PROXIMA_PORT="abc", PROXIMA_DATA_DIR=str(tmp_path))
-    assert bad.returncode == 1
+    assert bad.returncode == 2  # configuration (contracts.cli_errors' table)
     assert bad.stderr.strip().splitlines() == [
-        "proxima-console: invalid settings: PROXIMA_PORT='abc': Input should be a valid "
+        "proxima-console: error: invalid settings: PROXIMA_PORT='abc': Input should be a valid "
         "integer, unable to parse string as an integer"
     ]
     warned = _console(

@@ -27,3 +27,12 @@ def test_the_demo_script_loads_outside_the_installed_packages():
     )
     assert r.returncode == 0, r.stderr
     assert "--agents" in r.stdout and "PROXIMA_DEMO_AGENTS" in r.stdout
+
+
+def test_proxima_fleet_starts_without_prefect():
+    """Only ``deploy`` and ``audit run`` need Prefect, and import it inside the verb: every
+    other verb would pay seconds for it."""
+    code = "import sys, flows.cli; print('prefect' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from testkit.builds import build_agent, suite_signing_key
 from testkit.console import ConsoleProcess, Identity
-from testkit.rollouts import ARTIFACT
+from testkit.rollouts import ARTIFACT, create_rollout
 from testkit.swarm import Swarm
 from testkit.waiting import wait_for
 
@@ -204,3 +205,76 @@ def test_an_unreachable_console_is_one_line_naming_the_url():
     assert len(line.splitlines()) == 1
     assert line.startswith("proxima-fleet: error: connection refused: ")
     assert url in line and "PROXIMA_CONSOLE_URL" in line
+
+
+def test_builds_upload_of_a_signed_build_is_hosted_and_listed(console, tmp_path):
+    key, _ = suite_signing_key(tmp_path / "keys")
+    build = build_agent("0.9.0", tmp_path / "dist", key=key)
+    assert build.signature
+    uploaded = ok(console, "builds", "upload", str(build.path), "--version", "0.9.0",
+                  "--signature", build.signature)  # fmt: skip
+    assert uploaded.startswith("build 0.9.0: ") and build.sha256 in uploaded
+    (hosted,) = json.loads(ok(console, "builds", "list", "--json"))
+    assert (hosted["version"], hosted["sha256"]) == ("0.9.0", build.sha256)
+
+
+def test_agents_rotate_then_revoke_a_real_agent(console, agents):
+    a = agents(console, "cli-rot", console.install_token())
+    a.wait_ready()
+    agent_id = a.agent_id()
+    wait_for(lambda: console.agent(agent_id)["status"] == "online", what="online")
+    state_before = json.dumps(a.state(), sort_keys=True)
+
+    rotated = json.loads(ok(console, "agents", "rotate", agent_id, "--json"))
+    assert rotated["agent_id"] == agent_id and rotated["public_key"]
+    wait_for(
+        lambda: (
+            json.dumps(a.state(), sort_keys=True) != state_before
+            and not a.state().get("pending_seed")
+        ),
+        what="the agent promoted its new key",
+    )
+    assert console.agent(agent_id)["credentials_rotated_at"]
+    a.wait_ready()
+    wait_for(lambda: console.agent(agent_id)["status"] == "online", what="online on the new key")
+    again = ok(console, "agents", "rotate", agent_id)
+    assert again.startswith(f"agent {agent_id}: new key ") and rotated["public_key"] not in again
+
+    revoked = ok(console, "agents", "revoke", agent_id)
+    assert revoked.startswith(f"agent {agent_id} (cli-rot): revoked at ")
+    assert console.agent(agent_id)["status"] == "revoked"
+    shown = json.loads(ok(console, "agents", "show", agent_id, "--json"))
+    assert shown["revoked_at"]
+
+    # A revoked identity is never rotated: one refusal line.
+    refused = fleet(console, "agents", "rotate", agent_id)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("proxima-fleet: error: ")
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_clusters_list_and_show(console):
+    with console.client() as c:
+        r = c.post("/api/v1/clusters", json={"name": "Prod EU"})
+        assert r.status_code == 201, r.text
+    slug = r.json()["slug"]
+    (listed,) = json.loads(ok(console, "clusters", "list", "--json"))
+    assert (listed["slug"], listed["name"], listed["registered"]) == (slug, "Prod EU", True)
+    table = ok(console, "clusters", "list")
+    assert "1 clusters" in table and slug in table
+    shown = ok(console, "clusters", "show", slug)
+    assert "cluster Prod EU" in shown and "collectors" in shown and "warnings" in shown
+    assert json.loads(ok(console, "clusters", "show", slug, "--json"))["id"] == listed["id"]
+
+    missing = fleet(console, "clusters", "show", "nowhere")
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("proxima-fleet: error: cluster_not_found: ")
+
+
+def test_restart_driver_refusal_is_one_line(console, swarm):
+    """Success and ``driver_running`` need Prefect: tests/flows/test_fleet_audit_run.py."""
+    r = create_rollout(console, "cli-driver")
+    refused = fleet(console, "rollouts", "restart-driver", r["id"])
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("proxima-fleet: error: prefect_not_configured: ")
+    assert len(refused.stderr.strip().splitlines()) == 1
