@@ -2,11 +2,13 @@
 
 Commands go out on core NATS, fire-and-forget: a nats-server that dies between the publish and
 the delivery loses them, and their targets would time out. So the command of every target still
-``dispatched`` — its rollout not finished, its deadline not passed, its agent neither revoked nor
-released — is sent again, with the SAME command id and args, once its last send is older than
-``PROXIMA_COMMAND_RESEND_SECONDS``, and at once for every send before a NATS reconnect. The agent
-keeps a ledger by command id (``agent.commands``): a command seen again is ignored while it runs
-and answered with its stored result once done — never run twice.
+``dispatched`` (its rollout not finished, its agent neither revoked nor released) is sent again,
+with the SAME command id and args, once its last send is ``PROXIMA_COMMAND_RESEND_SECONDS`` old,
+and at once after a NATS reconnect for every send before it. Past the wave deadline too: the
+target is awaited until the timeout sweep calls it ``timed_out``, which waits out an outage
+(``PROXIMA_RESULT_GRACE_SECONDS``), exactly when commands get lost. The agent keeps a ledger by
+command id (``agent.commands``): a command seen again is ignored while it runs and answered with
+its stored result once done, never run twice.
 
 Leased (``command-resends``) so one replica at a time sends; a lease that changes hands only
 repeats a send, which the agent dedupes. Each replica remembers its own last sends (a new holder
@@ -77,7 +79,6 @@ def due_resends(
             col(RolloutTarget.agent_id),
             col(RolloutTarget.command_id),
             col(RolloutTarget.dispatched_at),
-            col(RolloutTarget.deadline_at),
             col(Rollout.artifact),
         )
         .join(Rollout, col(Rollout.id) == col(RolloutTarget.rollout_id))
@@ -92,11 +93,9 @@ def due_resends(
     cutoff = now - timedelta(seconds=older_than)
     by_rollout: dict[str, tuple[dict[str, object], list[tuple[str, str]]]] = {}
     open_ids: set[str] = set()
-    for rollout_id, agent_id, command_id, dispatched_at, deadline_at, artifact in rows:
+    for rollout_id, agent_id, command_id, dispatched_at, artifact in rows:
         if command_id is None or dispatched_at is None:
             continue
-        if deadline_at is not None and _aware(deadline_at, now) <= now:
-            continue  # the timeout sweep's now; a late run would only confuse the verdict
         open_ids.add(command_id)
         last = last_sent.get(command_id, _aware(dispatched_at, now))
         if last > cutoff and (sent_before is None or last >= sent_before):
