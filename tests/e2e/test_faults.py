@@ -376,9 +376,8 @@ def test_nats_killed_mid_wave_loses_no_result_and_revocation_still_cuts(
     f.create(_artifact(builds, artifacts))
     f.run_wave(0)
     f.post("/waves/1/dispatch")
-    # Mid-wave: every command of wave 1 is with its agent (commands are published once; one
-    # still in the server's buffers when it dies is lost with it: see docs/scaling.md), and
-    # the results are on their way (the swarm answers within 4 s).
+    # Mid-wave: every command of wave 1 is with its agent (the test below kills the server
+    # before they arrive), and the results are on their way (the swarm answers within 4 s).
     wave1 = f.get()["waves"][1]["size"]
     wait_for(
         lambda: (

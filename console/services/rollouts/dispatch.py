@@ -2,9 +2,10 @@
 
 Invariant — marked dispatched, committed, then published: ``dispatch`` marks the wave's
 targets dispatched in its unit of work, and the self_update commands are an after-commit effect
-of that unit. A command's id is derived from (rollout, agent), a dispatched target is never sent
-again, and a lost message becomes ``timed_out`` — never a second execution. Nothing is
-dispatched unless the rollout is ``running``."""
+of that unit. A command's id is derived from (rollout, agent) and a target is dispatched once; a
+message lost on the way is sent again with the same id (``rollouts.resend``), which the agent's
+ledger runs once — never a second execution. Nothing is dispatched unless the rollout is
+``running``."""
 
 from __future__ import annotations
 
