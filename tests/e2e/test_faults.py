@@ -503,7 +503,8 @@ def test_nats_killed_right_after_dispatch_every_command_still_arrives_once(
     resent = _resent(f.console) - resent_before
     received = f.swarm.received_by()
     print(
-        f"\nnats-server frozen, wave 1 dispatched, server SIGKILLed: back {back_at - killed_at:.1f} s later; "
+        "\nnats-server frozen, wave 1 dispatched, server SIGKILLed: back "
+        f"{back_at - killed_at:.1f} s later; "
         f"wave 1 {wave1} targets, {had} simulated + {real_had} real commands had arrived at the "
         f"kill, {wave1 - had - real_had} lost with the server; commands sent again {resent:.0f}; "
         f"simulated agents that received their command twice or more "
