@@ -65,6 +65,7 @@ class SimAgent:
     version: str
     received: list[dict[str, Any]] = field(default_factory=list)
     executed: set[str] = field(default_factory=set)
+    runs: dict[str, int] = field(default_factory=dict)  # command id -> times it was executed
     deliveries: dict[str, Delivery] = field(default_factory=dict)
 
 
@@ -249,8 +250,9 @@ class Swarm:
             cmd = json.loads(msg.data)
             agent.received.append(cmd)
             if cmd["command_id"] in agent.executed:
-                return
+                return  # the agent's ledger: a command id seen again is never run again
             agent.executed.add(cmd["command_id"])
+            agent.runs[cmd["command_id"]] = agent.runs.get(cmd["command_id"], 0) + 1
             status, error, new_version = self.behaviour(agent.ident.name, cmd)
             if new_version and status == "succeeded":
                 agent.version = new_version
@@ -336,4 +338,9 @@ class Swarm:
         return [d for a in self.agents for d in list(a.deliveries.values())]
 
     def received_by(self) -> dict[str, int]:
+        """Commands received per agent, repeats (the Console's resends) included."""
         return {a.ident.name: len(a.received) for a in self.agents}
+
+    def runs(self) -> dict[str, int]:
+        """Executions per command id (a resent command is received again, never run again)."""
+        return {c: n for a in self.agents for c, n in list(a.runs.items())}

@@ -217,6 +217,13 @@ class ConsoleSettings(BaseSettings):
         description="How often the Console asks Prefect whether each unfinished rollout's "
         "flow run still drives it (and on every operator decision).",
     )
+    command_resend_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="A dispatched target with no result has its command sent again (same "
+        "command id: the agent runs it once) when its last send is this old, and at once after "
+        "the Console's NATS connection comes back.",
+    )
     result_grace_seconds: float = Field(
         default=60.0,
         ge=0,

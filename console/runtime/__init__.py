@@ -89,6 +89,8 @@ class ConsoleRuntime:
         self.nats_url = ""
         self.rotation_waiters: dict[str, asyncio.Event] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        self.maintenance = Maintenance(self, listening_since=lambda: self.listening_since)
+        self.fleet_nats.on_reconnected = self._reconnected
 
     @property
     def nats(self) -> Dependency:
@@ -171,11 +173,20 @@ class ConsoleRuntime:
 
     async def _sweep(self) -> None:
         """The background work (``services.maintenance``: leased, so N replicas never double
-        it): rollout timeouts, rollout drivers, SQLite statistics."""
-        maintenance = Maintenance(self, listening_since=lambda: self.listening_since)
+        it): rollout timeouts, rollout drivers, command resends, SQLite statistics."""
         while True:
             await asyncio.sleep(self.settings.rollout_sweep_seconds)
-            await maintenance.tick(time.monotonic())
+            await self.maintenance.tick(time.monotonic())
+
+    async def _reconnected(self) -> None:
+        """NATS came back: commands published before may be lost with the server; send again
+        every one still without a result (same ids: the agents dedupe)."""
+        try:
+            await self.maintenance.resend_now()
+        except ServiceUnavailableError:
+            pass  # the database is down: the periodic sweep resends once it is back
+        except Exception:
+            log.exception("resending commands after the NATS reconnect failed; the sweep retries")
 
     async def send_command(self, agent_id: str, kind: CommandKind, args: dict[str, object]) -> str:
         """One command with a fresh id (rollouts derive theirs: see ``send_commands``)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -104,6 +104,9 @@ class FleetNats:
         self._signed: dict[str, tuple[tuple[tuple[str, int], ...], str]] = {}
         self._sync_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
+        # Called (in a task of its own) after the system connection reconnects: the runtime
+        # resends commands the server may have lost (``services.rollouts.resend``).
+        self.on_reconnected: Callable[[], Coroutine[Any, Any, None]] | None = None
         # Whether the Console hears the fleet: the system connection to the server(s), which
         # every account connection shares the fate of; ``/readyz`` and the timeout sweep read it.
         self.health = Dependency("nats", up=False)
@@ -158,6 +161,9 @@ class FleetNats:
                 self.guard.reset()
             if self.pusher is not None:
                 self.pusher.push_all()
+            if self.on_reconnected is not None:
+                self._tasks = [t for t in self._tasks if not t.done()]
+                self._tasks.append(asyncio.create_task(self.on_reconnected(), name="nats-resend"))
 
         async def disconnected() -> None:
             self.health.failed("connection to the server lost; reconnecting")

@@ -7,6 +7,9 @@ a lease that changed hands mid-job (a holder paused past its ``ttl``) doubles no
   deadline become ``timed_out`` — a conditional update, so a result recorded meanwhile wins;
 - ``rollout-drivers`` (every ``PROXIMA_DRIVER_CHECK_SECONDS``): each unfinished rollout's flow
   run asked of Prefect (``rollouts.drivers``; marking is conditional, logged once);
+- ``command-resends`` (checked every quarter of ``PROXIMA_COMMAND_RESEND_SECONDS``): the
+  command of a dispatched target with no result is sent again, same command id
+  (``rollouts.resend``; the agent dedupes), and at once after a NATS reconnect (``resend_now``);
 - rate-limit counters whose windows are over are deleted (no lease: a repeated delete is a
   no-op);
 - ``sqlite-statistics`` (hourly, SQLite only): ``ANALYZE``, so the planner pages the fleet list
@@ -34,6 +37,7 @@ from console.errors import ServiceUnavailableError
 from console.services.leases import acquire
 from console.services.rate_limits import delete_spent
 from console.services.rollouts.drivers import check_drivers
+from console.services.rollouts.resend import Resender
 from console.services.rollouts.results import expire_overdue
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 
@@ -60,6 +64,13 @@ class Maintenance:
     (``fleet_policy.deliveries``). The runtime passes its own; the default is "always"."""
     holder: str = field(default_factory=replica_id)
     _last: dict[str, float] = field(default_factory=dict)
+    _resender: Resender | None = None
+
+    @property
+    def resender(self) -> Resender:
+        if self._resender is None:
+            self._resender = Resender(self.rt, self.holder)
+        return self._resender
 
     def _due(self, job: str, every: float, now: float) -> bool:
         if now - self._last.get(job, float("-inf")) < every:
@@ -95,6 +106,17 @@ class Maintenance:
             return None
         return await check_drivers(self.rt)
 
+    async def resend_commands(self) -> int | None:
+        """Commands of dispatched targets with no result, sent again once their last send is
+        ``PROXIMA_COMMAND_RESEND_SECONDS`` old; nothing while NATS or the database is down."""
+        if self.listening_since() is None:
+            return None
+        return await self.resender.resend()
+
+    async def resend_now(self) -> int | None:
+        """After a NATS reconnect: every command sent before it, whatever its age."""
+        return await self.resender.resend(sent_before=utcnow())
+
     async def analyze(self) -> bool:
         if not self.rt.settings.resolved_database_url().startswith("sqlite"):
             return False
@@ -121,6 +143,7 @@ class Maintenance:
         jobs = [
             ("timeouts", s.rollout_sweep_seconds, self.expire_timeouts),
             ("drivers", s.driver_check_seconds, self.check_drivers),
+            ("resends", s.command_resend_seconds / 4, self.resend_commands),
             ("statistics", STATISTICS_SECONDS, self.analyze),
             ("rate counters", s.rollout_sweep_seconds, self.sweep_rate_counters),
         ]

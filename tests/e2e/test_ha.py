@@ -337,7 +337,11 @@ def test_two_replicas_and_a_nats_cluster_lose_nothing_when_one_of_each_is_killed
     assert final["counts"]["succeeded"] == total, final["counts"]
     assert during, "no result was sent during the faults: the test proves nothing"
     assert lost == []
-    assert set(received) == {1}, "a simulated agent received a command twice (or none)"
+    # Received at least once (a command with no result yet may be sent again, same id: the
+    # killed NATS node may have taken it), run exactly once.
+    assert min(received) >= 1, "a simulated agent received no command"
+    runs = [n for swarm in d.swarms for n in swarm.runs().values()]
+    assert len(runs) == len(received) and set(runs) == {1}, "a command ran twice (or none)"
     assert real_received == [1] * REAL_AGENTS
     assert {s.version for swarm in d.swarms for s in swarm.agents} == {"0.9.0"}
     wait_for(

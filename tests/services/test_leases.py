@@ -156,3 +156,37 @@ def test_a_lease_is_held_by_one_holder_until_it_expires(db):
     assert not take("late", now + timedelta(seconds=14)), "renewed: still held"
     assert take("late", now + timedelta(seconds=16)), "expired: taken over"
     engine.dispose()
+
+
+def test_two_resend_sweeps_racing_send_each_awaited_command_once(db):
+    """Commands of dispatched targets without a result are sent again by one replica (the
+    ``command-resends`` lease), each once per round, with its own command id."""
+    url, made = db
+    rollout_id = _overdue_rollout(url, made)
+    artifact = {"version": "0.9.0", "url": "http://a.invalid/x.pyz", "sha256": "0" * 64}
+    engine = make_engine(url)
+    with Session(engine) as s:
+        rollout = s.get(Rollout, rollout_id)
+        rollout.artifact = {**artifact, "signature": "s" * 43}
+        s.add(rollout)
+        s.commit()
+    engine.dispose()
+    sent: dict[str, list[tuple[str, str]]] = {"replica-a": [], "replica-b": []}
+
+    def replica(name: str) -> Maintenance:
+        m = _replica(url, name)
+
+        async def send_commands(sends, kind, args):
+            assert args["rollout_id"] == rollout_id and args["version"] == "0.9.0"
+            sent[name].extend(sends)
+
+        m.rt.send_commands = send_commands
+        return m
+
+    a, b = replica("replica-a"), replica("replica-b")
+    results = _race(a.resend_commands, b.resend_commands)
+    assert sorted(results, key=str) == [TARGETS, None], results
+    everything = sent["replica-a"] + sent["replica-b"]
+    assert sorted(c for _a, c in everything) == [f"{i:032d}" for i in range(TARGETS)]
+    holder = a if sent["replica-a"] else b
+    assert _race(holder.resend_commands) == [0], "just sent: not again before the resend age"

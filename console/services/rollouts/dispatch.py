@@ -2,9 +2,10 @@
 
 Invariant — marked dispatched, committed, then published: ``dispatch`` marks the wave's
 targets dispatched in its unit of work, and the self_update commands are an after-commit effect
-of that unit. A command's id is derived from (rollout, agent), a dispatched target is never sent
-again, and a lost message becomes ``timed_out`` — never a second execution. Nothing is
-dispatched unless the rollout is ``running``."""
+of that unit. A command's id is derived from (rollout, agent) and a target is dispatched once; a
+message lost on the way is sent again with the same id (``rollouts.resend``), which the agent's
+ledger runs once — never a second execution. Nothing is dispatched unless the rollout is
+``running``."""
 
 from __future__ import annotations
 
@@ -100,6 +101,24 @@ def dispatch_wave(
     )
 
 
+async def _publish(
+    rt: ServiceRuntime, sends: list[tuple[str, str]], args: dict[str, object]
+) -> None:
+    """The wave's commands; a publish that fails (NATS went away) is logged, not raised: the
+    targets are committed as dispatched and ``rollouts.resend`` sends them again."""
+    try:
+        await rt.send_commands(sends, CommandKind.SELF_UPDATE, args)
+    except Exception as exc:
+        log.warning(
+            "publishing %d command(s) of rollout %s failed (%s: %s); they are sent again once "
+            "NATS is back",
+            len(sends),
+            args.get("rollout_id"),
+            exc.__class__.__name__,
+            exc,
+        )
+
+
 async def dispatch(
     rt: ServiceRuntime, principal: Principal, rollout_id: str, wave: int
 ) -> DispatchResult:
@@ -111,7 +130,7 @@ async def dispatch(
         if result.to_send and result.artifact is not None:
             args: dict[str, object] = {"rollout_id": rollout_id, **result.artifact.model_dump()}
             sends = list(result.to_send)
-            uow.after_commit(lambda: rt.send_commands(sends, CommandKind.SELF_UPDATE, args))
+            uow.after_commit(lambda: _publish(rt, sends, args))
         return result
 
     result = await rt.units.run(work, write=True)
