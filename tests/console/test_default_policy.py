@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 from console.models import Rollout
 from console.services.rollouts.records import threshold_policy
-from console.web.routes import rollouts as page
+from console.web import rollout_form
 from contracts.rollouts import RolloutCreate
 from fleet_policy.defaults import (
     DEFAULT_CANARY_SIZE,
@@ -33,11 +33,10 @@ def test_stored_criteria_missing_a_part_take_the_default() -> None:
 
 def test_the_web_forms_first_values_are_the_default_policy() -> None:
     runtime = SimpleNamespace(settings=SimpleNamespace(prefect_api_url=None))
-    values = page._defaults(runtime)
+    values = rollout_form.defaults(runtime)
     values.update(source="reference", **{k: ARTIFACT[k] for k in ARTIFACT})
-    body, errors = page._body(values, [])
-    assert errors == []
-    sent = RolloutCreate.model_validate(body)
+    sent, errors = rollout_form.parse(values, [])
+    assert not errors and sent is not None
     assert threshold_policy(sent.criteria) == DEFAULT_THRESHOLD_POLICY
     assert sent.waves.canary_size == DEFAULT_CANARY_SIZE
     assert tuple(sent.waves.percentages or ()) == DEFAULT_WAVE_PERCENTAGES
