@@ -7,13 +7,13 @@ import json
 import shutil
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from testkit import REPO
+from testkit.net import LoopbackHTTPServer
 
 BUILD_SCRIPT = REPO / "scripts" / "build_agent.py"
 
@@ -186,7 +186,7 @@ def make_builds(root: Path) -> Builds:
     )
 
 
-class ArtifactServer:
+class ArtifactServer(LoopbackHTTPServer):
     """Serves the files of one directory over HTTP on loopback; counts downloads."""
 
     def __init__(self, directory: Path) -> None:
@@ -219,13 +219,4 @@ class ArtifactServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(Handler)

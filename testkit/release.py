@@ -11,15 +11,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from testkit.net import free_port
+from testkit.net import LoopbackHTTPServer, free_port
 from testkit.waiting import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,23 +95,13 @@ class _QuietHandler(SimpleHTTPRequestHandler):
         pass
 
 
-class StaticServer:
+class StaticServer(LoopbackHTTPServer):
     """A directory over HTTP on loopback (the classic Helm repository and its signatures)."""
 
     def __init__(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
-        handler = partial(_QuietHandler, directory=str(directory))
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(partial(_QuietHandler, directory=str(directory)))
 
 
 def run_release(
