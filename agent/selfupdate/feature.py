@@ -24,7 +24,6 @@ from agent.selfupdate.program import ProgramFiles, running_program, self_update_
 from agent.selfupdate.signatures import load_signing_key
 from agent.settings import AgentSettings
 from contracts.messages import Command
-from contracts.rollouts import HOSTED_ARTIFACTS_PATH
 from contracts.vocabulary.commands import CommandFailureKind
 
 if TYPE_CHECKING:
@@ -61,6 +60,11 @@ class SelfUpdateFeature:
     def sources(self) -> list[str]:
         """URL prefixes a build may be downloaded from: the Console's own artifacts and the
         operator's PROXIMA_ARTIFACT_URL_ALLOW."""
+        # Here, not at the top: contracts.rollouts builds the Console's rollout models, which an
+        # idle agent never uses (~0.5 MiB resident). The updater, the only caller, has imported
+        # it already (agent.selfupdate.handler), so this never reads a swapped zipapp.
+        from contracts.rollouts import HOSTED_ARTIFACTS_PATH
+
         own = [f"{self.console_url.rstrip('/')}{HOSTED_ARTIFACTS_PATH}"] if self.console_url else []
         return [*own, *self.settings.artifact_url_allow]
 
