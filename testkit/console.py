@@ -138,7 +138,11 @@ class ConsoleProcess:
                 raise CannotHappenError(f"console exited: {self.log_path.read_text()[-2000:]}")
             return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
 
-        wait_for(up, timeout=timeout, what="console /healthz")
+        try:
+            wait_for(up, timeout=timeout, what="console /healthz")
+        except BaseException:
+            self.stop()  # a Console that never came up is still a process (and a nats-server)
+            raise
         return self
 
     def stop(self) -> None:
