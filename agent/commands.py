@@ -4,12 +4,6 @@ Handled command ids live in ``<data-dir>/commands.json`` (the last :data:`LEDGER
 command sent again — by a retrying flow, or redelivered after a reconnect — is answered with the
 stored result instead of being run twice. The ledger is also the outbox of results: a result
 stays there, never evicted, until the Console acknowledges its commit (``agent.delivery``).
-
-A command without effects (:data:`VOLATILE`: ``ping``) is kept in memory only: running it twice
-changes nothing, so the ledger's durable writes (each an fsync of the file and its directory,
-milliseconds on a VM disk) would guard nothing. It is still deduplicated and its result still
-delivered with retries while the process lives; after a restart, a ping sent again is answered
-again.
 """
 
 from __future__ import annotations
@@ -19,6 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +37,6 @@ __all__ = [
     "CredentialRotation",
     "Handler",
     "Outcome",
-    "VOLATILE",
     "ping_handler",
 ]
 
@@ -51,8 +45,6 @@ log = logging.getLogger(__name__)
 LEDGER_FILE = "commands.json"
 LEDGER_LIMIT = 256
 _QUEUE_LIMIT = 1024
-# Kinds with no effect on the machine: their ledger entries are not written to disk.
-VOLATILE = frozenset({CommandKind.PING})
 
 
 @dataclass
@@ -91,17 +83,10 @@ class LedgerFile(BaseModel):
 class CommandLedger:
     """The bounded, persisted memory of command ids this identity has handled."""
 
-    def __init__(
-        self,
-        data_dir: Path,
-        agent_id: str,
-        limit: int = LEDGER_LIMIT,
-        volatile: frozenset[CommandKind] = VOLATILE,
-    ) -> None:
+    def __init__(self, data_dir: Path, agent_id: str, limit: int = LEDGER_LIMIT) -> None:
         self.path = data_dir / LEDGER_FILE
         self.agent_id = agent_id
         self.limit = limit
-        self.volatile = volatile
         self._entries: dict[str, LedgerEntry] = {}
 
     def load(self, *, keep_open: frozenset[str] = frozenset()) -> None:
@@ -142,20 +127,15 @@ class CommandLedger:
         if interrupted:
             self._save()
 
-    def _save(self, *, durable: bool = True) -> None:
-        """Trim to the limit, and write the file unless ``durable`` is False (a volatile
-        command's change: kept in memory, written with the next durable one)."""
+    def _save(self) -> None:
         # The oldest settled entries go first; a result still owed to the Console never does.
         extra = len(self._entries) - self.limit
-        if extra > 0:
-            settled = [
-                c for c, e in self._entries.items() if e.result is not None and e.delivered
-            ]
-            for command_id in settled[:extra]:
+        if extra > 0:  # usually one: found from the front, not by listing all 256 entries
+            settled = (c for c, e in self._entries.items() if e.result is not None and e.delivered)
+            for command_id in list(islice(settled, extra)):
                 del self._entries[command_id]
-        if durable:
-            data = LedgerFile(agent_id=self.agent_id, entries=list(self._entries.values()))
-            write_atomic(self.path, data.model_dump_json().encode())
+        data = LedgerFile(agent_id=self.agent_id, entries=list(self._entries.values()))
+        write_atomic(self.path, data.model_dump_json().encode())
 
     def get(self, command_id: str) -> LedgerEntry | None:
         return self._entries.get(command_id)
@@ -164,7 +144,7 @@ class CommandLedger:
         self._entries[command.command_id] = LedgerEntry(
             command_id=command.command_id, kind=command.kind, received_at=datetime.now(UTC)
         )
-        self._save(durable=command.kind not in self.volatile)
+        self._save()
 
     def finish(self, result: CommandResult) -> None:
         entry = self._entries.get(result.command_id)
@@ -175,13 +155,13 @@ class CommandLedger:
             )
             self._entries[result.command_id] = entry
         entry.result = result
-        self._save(durable=result.kind not in self.volatile)
+        self._save()
 
     def mark_delivered(self, command_id: str) -> None:
         entry = self._entries.get(command_id)
         if entry is not None and not entry.delivered:
             entry.delivered = True
-            self._save(durable=entry.kind not in self.volatile)
+            self._save()
 
     def undelivered(self) -> list[CommandResult]:
         return [e.result for e in self._entries.values() if e.result and not e.delivered]

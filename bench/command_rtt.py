@@ -15,10 +15,12 @@ Goal (issue 14): <= 300 us p50, <= 2 ms p99. Both ends are the product's own cod
   ``ResultDelivery`` (the result is a request answered after the Console's commit).
 
 Each command is sent once the previous one's acknowledgement has left the Console, so every
-round trip starts from an idle agent. Not included in the round trip: the result's database
-write and its acknowledgement (``bench.result_ack`` measures that: a batch commit), and the
-durable ledger writes a command with effects makes (``self_update``, ``rotate_credentials``:
-printed apart, ``--durable`` times them in the round trip).
+round trip starts from an idle agent. Included: the agent's two ledger writes before the result
+goes out (each ``write_atomic``: an fsync of the file and one of its directory; every command
+kind, ``ping`` too: at most once across restarts, result kept until acknowledged);
+``--ledger memory`` skips them in the agent process to show the rest. Not included: the
+result's database write and its acknowledgement (``bench.result_ack`` measures that: a batch
+commit), and the ledger's third write once acknowledged (after the round trip).
 
 Every wait has a timeout, and a watchdog thread ends the run (thread stacks printed, child
 processes killed) if the whole run passes ``--deadline`` seconds: it never hangs silently.
@@ -162,7 +164,8 @@ async def _measure(data_dir: Path, agent: dict[str, str], args: argparse.Namespa
             "--respond",
             rt.nats_url,
             str(data_dir.parent / "agent"),
-            *(["--durable"] if args.durable else []),
+            "--ledger",
+            args.ledger,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
@@ -262,10 +265,10 @@ async def _respond(nats_url: str, data_dir: Path, durable: bool) -> None:
             enrolled_at=datetime.now(UTC),
         )
     )
-    # --durable: ping written to the ledger as a command with effects is (as every command
-    # was before ping became volatile; a build without ``volatile`` always writes)
-    ledger = CommandLedger(data_dir, agent_id, **({"volatile": frozenset()} if durable else {}))
+    ledger = CommandLedger(data_dir, agent_id)
     ledger.load()
+    if not durable:  # --ledger memory: the same entries, never written (splits the figure)
+        ledger._save = lambda: None  # type: ignore[method-assign]
     started = time.monotonic()
     dispatcher: CommandDispatcher | None = None
 
@@ -329,15 +332,17 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--deadline", type=float, default=300.0, help="seconds for the run")
     parser.add_argument(
-        "--durable",
-        action="store_true",
-        help="the agent writes its ledger durably for ping too (as for commands with effects)",
+        "--ledger",
+        choices=("durable", "memory"),
+        default="durable",
+        help="durable: the agent's ledger as it is (written and fsync'd before the command runs "
+        "and before its result goes out); memory: those writes skipped, to split the figure",
     )
     parser.add_argument("--respond", nargs=2, metavar=("NATS_URL", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.respond:
         _watchdog(args.deadline + 60)
-        asyncio.run(_respond(args.respond[0], Path(args.respond[1]), args.durable))
+        asyncio.run(_respond(args.respond[0], Path(args.respond[1]), args.ledger == "durable"))
         return
     timer = _watchdog(args.deadline)
     with tempfile.TemporaryDirectory() as tmp:
@@ -351,7 +356,7 @@ def main() -> None:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
         f"command round trip (Console send -> agent -> result in the Console), loopback, "
-        f"{len(rt)} sequential{' (durable ledger)' if args.durable else ''}: p50 {p50:.0f} us "
+        f"{len(rt)} sequential, agent ledger {args.ledger}: p50 {p50:.0f} us "
         f"(goal <= 300 us), p99 {p99:.0f} us (goal <= 2,000 us); {'met' if met else 'NOT met'}\n"
         f"  of which send_command: p50 {statistics.median(sent):.0f} us, p99 "
         f"{pct(sent, 99):.0f} us\n"
