@@ -13,6 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,9 @@ class CommandLedger:
         self.agent_id = agent_id
         self.limit = limit
         self._entries: dict[str, LedgerEntry] = {}
+        # Each entry's JSON, kept until the entry changes: a write joins them (the file is the
+        # same bytes ``LedgerFile.model_dump_json`` gives) instead of dumping 256 entries again.
+        self._json: dict[str, bytes] = {}
 
     def load(self, *, keep_open: frozenset[str] = frozenset()) -> None:
         """Read the ledger; commands cut short by a restart are recorded as failed, except those
@@ -127,16 +131,24 @@ class CommandLedger:
             self._save()
 
     def _save(self) -> None:
-        entries = list(self._entries.values())
         # The oldest settled entries go first; a result still owed to the Console never does.
-        extra = len(entries) - self.limit
-        if extra > 0:
-            settled = [e.command_id for e in entries if e.result is not None and e.delivered]
-            gone = set(settled[:extra])
-            entries = [e for e in entries if e.command_id not in gone]
-        self._entries = {e.command_id: e for e in entries}
-        data = LedgerFile(agent_id=self.agent_id, entries=entries)
-        write_atomic(self.path, data.model_dump_json().encode())
+        extra = len(self._entries) - self.limit
+        if extra > 0:  # usually one: found from the front, not by listing all 256 entries
+            settled = (c for c, e in self._entries.items() if e.result is not None and e.delivered)
+            for command_id in list(islice(settled, extra)):
+                del self._entries[command_id]
+                self._json.pop(command_id, None)
+        write_atomic(self.path, self._content())
+
+    def _content(self) -> bytes:
+        parts = []
+        for command_id, entry in self._entries.items():
+            dumped = self._json.get(command_id)
+            if dumped is None:
+                dumped = self._json[command_id] = entry.model_dump_json().encode()
+            parts.append(dumped)
+        empty = LedgerFile(agent_id=self.agent_id).model_dump_json().encode()  # {..."entries":[]}
+        return empty[:-2] + b",".join(parts) + empty[-2:]
 
     def get(self, command_id: str) -> LedgerEntry | None:
         return self._entries.get(command_id)
@@ -145,6 +157,7 @@ class CommandLedger:
         self._entries[command.command_id] = LedgerEntry(
             command_id=command.command_id, kind=command.kind, received_at=datetime.now(UTC)
         )
+        self._json.pop(command.command_id, None)
         self._save()
 
     def finish(self, result: CommandResult) -> None:
@@ -156,12 +169,14 @@ class CommandLedger:
             )
             self._entries[result.command_id] = entry
         entry.result = result
+        self._json.pop(result.command_id, None)
         self._save()
 
     def mark_delivered(self, command_id: str) -> None:
         entry = self._entries.get(command_id)
         if entry is not None and not entry.delivered:
             entry.delivered = True
+            self._json.pop(command_id, None)
             self._save()
 
     def undelivered(self) -> list[CommandResult]:

@@ -339,12 +339,13 @@ class Ingester:
         self._task = asyncio.create_task(self._run(), name="heartbeat-ingest")
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        task = self._task
+        # Cancelled until it has ended: on Python 3.11 ``asyncio.wait_for`` swallows a
+        # cancellation that lands as the event it waits on is set (a result arriving as the
+        # Console stops), and a single ``cancel()`` then left ``stop`` waiting forever.
+        while task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=1.0)
         try:
             await self.flush()
         except ServiceUnavailableError:

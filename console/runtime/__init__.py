@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import nkeys
+from pydantic import TypeAdapter
 from sqlalchemy.engine import Engine
 
 from console.core.clock import utcnow
@@ -32,6 +33,7 @@ from console.services.rate_limits import RateLimits
 from console.services.repairs import clear_out_of_bounds
 from console.services.unit_of_work import UnitsOfWork
 from contracts import subjects
+from contracts.bounds import Identifier
 from contracts.messages import Command, CommandKind
 
 log = logging.getLogger(__name__)
@@ -157,17 +159,13 @@ class ConsoleRuntime:
     async def send_commands(
         self, sends: list[tuple[str, str]], kind: CommandKind, args: dict[str, object]
     ) -> None:
-        """Publish one command per (agent_id, command_id), then flush once."""
-        issued = utcnow()
+        """Publish one command per (agent_id, command_id); see ``FleetNats.publish`` for what
+        returning means."""
         messages = [
-            (
-                agent_id,
-                subjects.commands(agent_id),
-                Command(command_id=command_id, kind=kind, issued_at=issued, args=args)
-                .model_dump_json()
-                .encode(),
+            (agent_id, subjects.commands(agent_id), payload)
+            for (agent_id, _c), payload in zip(
+                sends, command_payloads([c for _a, c in sends], kind, args), strict=True
             )
-            for agent_id, command_id in sends
         ]
         await self.fleet_nats.publish(messages)
 
@@ -193,6 +191,35 @@ class ConsoleRuntime:
         command_id = uuid.uuid4().hex
         await self.send_commands([(agent_id, command_id)], kind, args)
         return command_id
+
+
+_IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
+
+
+def command_payloads(
+    command_ids: list[str], kind: CommandKind, args: dict[str, object]
+) -> list[bytes]:
+    """The serialised ``Command`` for each id: one validated and serialised, the others the
+    same bytes with their own id (each id validated as ``Command`` would: ``Identifier`` admits
+    no character JSON escapes). A wave of 20,000 costs one model dump, not 20,000."""
+    if not command_ids:
+        return []
+    issued = utcnow()
+    first = Command(command_id=command_ids[0], kind=kind, issued_at=issued, args=args)
+    template = first.model_dump_json().encode()
+    head = b'{"command_id":"'
+    lead = head + command_ids[0].encode() + b'"'
+    if not template.startswith(lead):  # not the expected layout: one dump per command
+        return [template] + [
+            first.model_copy(update={"command_id": _IDENTIFIER.validate_python(c)})
+            .model_dump_json()
+            .encode()
+            for c in command_ids[1:]
+        ]
+    rest = template[len(lead) - 1 :]
+    return [template] + [
+        head + _IDENTIFIER.validate_python(c).encode() + rest for c in command_ids[1:]
+    ]
 
 
 def _detail(dep: Dependency) -> dict[str, Any]:

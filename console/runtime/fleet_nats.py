@@ -389,25 +389,34 @@ class FleetNats:
 
     async def publish(self, messages: list[tuple[str, str, bytes]]) -> None:
         """(agent id, subject, payload): each into its agent's environment account, and into the
-        legacy account while one exists (an agent not yet renewed listens there)."""
+        legacy account while one exists (an agent not yet renewed listens there).
+
+        Returns once the messages are in the connections' buffers, which nats-py's flusher
+        writes at once; no PING/PONG flush. A flush only said "the server read them", never "the
+        agent got them": what makes a command arrive is its result (acknowledged after the
+        Console's commit) and the resends of commands without one (``services.rollouts.resend``:
+        every ``command_resend_seconds``, and at once after NATS reconnects); a rotation waits
+        for its agent's answer with a timeout. A publish on a closed connection still raises.
+        """
         assert self.links is not None
-        envs = await self.index.of([agent_id for agent_id, _s, _d in messages])
-        used: dict[int, NatsClient] = {}
-        legacy = self.links.get(None)
+        links = self.links
+        legacy = links.get(None)
+        index = self.index
+        missing = [a for a, _s, _d in messages if index.known(a) is None]
+        if missing:
+            await index.of(missing)
         for agent_id, subject, data in messages:
-            targets = [legacy] if legacy is not None else []
-            env_id = envs.get(agent_id)
-            if env_id is not None:
-                if env_id not in self.links:
-                    await self.ensure_environment(env_id)
-                nc = self.links.get(env_id)
-                if nc is not None:
-                    targets.append(nc)
-            for nc in targets:
+            if legacy is not None:
+                await legacy.publish(subject, data)
+            env_id = index.known(agent_id)
+            if env_id is None:
+                continue  # no record (deleted): only the legacy account may still hear it
+            nc = links.get(env_id)
+            if nc is None:
+                await self.ensure_environment(env_id)
+                nc = links.get(env_id)
+            if nc is not None:
                 await nc.publish(subject, data)
-                used[id(nc)] = nc
-        for nc in used.values():
-            await nc.flush()
 
     async def stop(self) -> None:
         for task in self._tasks:
