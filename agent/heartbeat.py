@@ -57,7 +57,8 @@ class Ticker:
 
     async def wait(self) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._kick.wait(), self.interval)
+            async with asyncio.timeout(self.interval):
+                await self._kick.wait()
         self._kick.clear()
 
 

@@ -280,7 +280,8 @@ class NatsSession:
                 delay = backoff.delay(attempt)
                 attempt += 1
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), delay)
+                    async with asyncio.timeout(delay):
+                        await self._stop.wait()
         finally:
             if self._state is not SessionState.RETIRED:
                 self._set_state(SessionState.CLOSED, "nats closed: agent stopping")

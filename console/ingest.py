@@ -354,7 +354,8 @@ class Ingester:
     async def _run(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._full.wait(), self._flush_seconds)
+                async with asyncio.timeout(self._flush_seconds):
+                    await self._full.wait()
             except TimeoutError:
                 pass
             self._full.clear()

@@ -235,7 +235,8 @@ class ClusterCollector:
         while True:
             timeout = max(0.0, next_due - self._clock()) if self.is_leader else None
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
             self._wake.clear()
             if not self.is_leader:
                 continue

@@ -126,7 +126,8 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGTERM)
     try:
-        await asyncio.wait_for(proc.wait(), _TRIAL_STOP_SECONDS)
+        async with asyncio.timeout(_TRIAL_STOP_SECONDS):
+            await proc.wait()
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
@@ -221,7 +222,8 @@ class TrialChild:
                 if time.monotonic() >= until or task.done():
                     break
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), 0.2)
+                    async with asyncio.timeout(0.2):
+                        await self._stop.wait()
         finally:
             await session.stop()
             with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError, Exception):

@@ -328,7 +328,8 @@ async def _await_rotation(
                 agent_id=agent_id, public_key=row.new_public_key, rotated_at=row.completed_at
             )
         try:
-            await asyncio.wait_for(waiter.wait(), 0.5)
+            async with asyncio.timeout(0.5):
+                await waiter.wait()
         except TimeoutError:
             pass
     raise GatewayTimeoutError(
