@@ -3,6 +3,7 @@ the Console stays a plain web service; the flows own Prefect)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -10,6 +11,15 @@ from typing import Any
 import httpx
 
 log = logging.getLogger(__name__)
+
+# Prefect's own server answers 5xx while its database is busy (SQLite "database is locked" as a
+# flow writes its pause): such an answer is tried again, as Prefect's own client does
+# (PREFECT_CLIENT_MAX_RETRIES), before it is reported. Connection errors are tried again by
+# the transport (they fail before anything is sent). Reads and resumes are tried again (a
+# resume of a run no longer paused is refused by Prefect, not applied twice); creating a flow
+# run is not, since a 5xx may come after the run was made.
+RETRY_STATUSES = frozenset({500, 502, 503, 504})
+RETRY_DELAYS = (0.2, 0.5, 1.0)
 
 
 class PrefectApiError(RuntimeError):
@@ -38,10 +48,24 @@ class PrefectApi:
         self.api_url = api_url.rstrip("/")
         self._timeout = timeout
 
+    def _client(self) -> httpx.AsyncClient:
+        transport = httpx.AsyncHTTPTransport(retries=2)
+        return httpx.AsyncClient(base_url=self.api_url, timeout=self._timeout, transport=transport)
+
+    @staticmethod
+    async def _send(client: httpx.AsyncClient, method: str, url: str, **kw: Any) -> httpx.Response:
+        for delay in (*RETRY_DELAYS, None):
+            r = await client.request(method, url, **kw)
+            if r.status_code not in RETRY_STATUSES or delay is None:
+                return r
+            log.info("prefect answered %s to %s %s: trying again", r.status_code, method, url)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
     async def start_deployment(self, name: str, parameters: dict[str, Any]) -> str:
         """Create a flow run of deployment ``flow-name/deployment-name``; returns its id."""
-        async with httpx.AsyncClient(base_url=self.api_url, timeout=self._timeout) as client:
-            r = await client.get(f"/deployments/name/{name}")
+        async with self._client() as client:
+            r = await self._send(client, "GET", f"/deployments/name/{name}")
             if r.status_code == 404:
                 raise PrefectApiError(
                     f"Prefect deployment {name!r} not found: run `prefect deploy --all`", status=404
@@ -56,8 +80,8 @@ class PrefectApi:
 
     async def flow_run_state(self, flow_run_id: str) -> RunState | None:
         """The run's current state; None when Prefect does not know the run (404)."""
-        async with httpx.AsyncClient(base_url=self.api_url, timeout=self._timeout) as client:
-            r = await client.get(f"/flow_runs/{flow_run_id}")
+        async with self._client() as client:
+            r = await self._send(client, "GET", f"/flow_runs/{flow_run_id}")
             if r.status_code in (404, 422):  # 422: not even a UUID
                 return None
             if r.status_code >= 400:
@@ -71,8 +95,10 @@ class PrefectApi:
 
     async def resume(self, flow_run_id: str, run_input: dict[str, Any]) -> ResumeAnswer:
         """Resume a paused flow run with typed input: whether Prefect accepted, and its word."""
-        async with httpx.AsyncClient(base_url=self.api_url, timeout=self._timeout) as client:
-            r = await client.post(f"/flow_runs/{flow_run_id}/resume", json={"run_input": run_input})
+        async with self._client() as client:
+            r = await self._send(
+                client, "POST", f"/flow_runs/{flow_run_id}/resume", json={"run_input": run_input}
+            )
             if r.status_code >= 400:
                 log.info("prefect resume of %s answered %s: %s", flow_run_id, r.status_code, r.text)
                 return ResumeAnswer(False, f"Prefect answered {r.status_code}: {r.text[:300]}")
