@@ -39,6 +39,7 @@ class BusyPrefect:
                 with outer._lock:
                     outer.seen.append((method, self.path))
                     tries = sum(1 for m, p in outer.seen if (m, p) == (method, self.path))
+                body: dict[str, object]
                 if tries <= outer.busy:
                     status, body = 503, {"detail": "database is locked"}
                 elif self.path.endswith("/resume"):
