@@ -87,13 +87,15 @@ class DriverStatement:
 
     The text is written with ``?`` placeholders and only this code's constants (values are
     always bound); ``columns`` convert what a row returns with the columns' own types (an aware
-    UTC ``datetime`` from SQLite's text, say). Driver errors are raised as SQLAlchemy's
+    UTC ``datetime`` from SQLite's text, say); ``lock_rows`` appends ``FOR UPDATE`` where the
+    database has it (SQLite serialises writers anyway). Driver errors are raised as SQLAlchemy's
     (``IntegrityError``, ``OperationalError`` …), a lost connection invalidated first, as
     SQLAlchemy does for its own statements."""
 
-    def __init__(self, sql: str, columns: tuple[Any, ...] = ()) -> None:
+    def __init__(self, sql: str, columns: tuple[Any, ...] = (), *, lock_rows: bool = False) -> None:
         self.sql = sql
         self.columns = columns
+        self.lock_rows = lock_rows
         self._built: dict[str, tuple[str, list[Any]]] = {}
 
     def _for(self, dialect: Any) -> tuple[str, list[Any]]:
@@ -101,7 +103,11 @@ class DriverStatement:
         if built is None:
             mark = _MARKS[dialect.paramstyle]
             sql = self.sql if mark == "?" else self.sql.replace("?", mark)
-            processors = [c.type.result_processor(dialect, None) for c in self.columns]
+            if self.lock_rows and dialect.name != "sqlite":
+                sql += " FOR UPDATE"
+            processors = [
+                c.type.dialect_impl(dialect).result_processor(dialect, None) for c in self.columns
+            ]
             built = self._built[dialect.name] = (sql, processors)
         return built
 
@@ -132,8 +138,11 @@ class DriverStatement:
 
 
 def bind_value(session: Session, column: Any, value: Any) -> Any:
-    """``value`` as the driver takes it for ``column`` (a ``datetime`` as SQLite's text, say)."""
-    process = column.type.bind_processor(session.connection().dialect)
+    """``value`` as the driver takes it for ``column`` (a ``datetime`` as SQLite's text, say):
+    the type as the dialect has it, as SQLAlchemy binds it (the column's own type alone leaves
+    the conversion to the driver, which writes a different text on SQLite)."""
+    dialect = session.connection().dialect
+    process = column.type.dialect_impl(dialect).bind_processor(dialect)
     return value if process is None else process(value)
 
 

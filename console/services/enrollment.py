@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from prometheus_client import Histogram
-from sqlalchemy import Insert, Update, bindparam, insert, update
+from sqlalchemy import Insert, bindparam, insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from console.core.clock import utcnow
+from console.core.db import DriverStatement, bind_value
 from console.core.secrets import evidence_hash, token_hash
 from console.core.signatures import SignatureError, verify
 from console.errors import (
@@ -31,7 +32,7 @@ from console.errors import (
     ForbiddenError,
     UnauthorizedError,
 )
-from console.models import Agent, AgentEvidence, InstallToken, NatsRevocation, new_id, table_of
+from console.models import Agent, AgentEvidence, InstallToken, new_id, table_of
 from console.services.agent_records import (
     add_event,
     append_rows,
@@ -104,41 +105,54 @@ class EnrollOutcome:
     revoked_key: bool = False
 
 
-# Every enrollment runs these under the writer lock: they are built once, with bound parameters
-# (building a statement costs more than SQLite running it; docs/performance.md).
-_TOKEN_BY_HASH = select(InstallToken).where(InstallToken.token_hash == bindparam("token_hash"))
-_NAME_HOLDER = (
-    select(Agent)
-    .where(
-        Agent.environment_id == bindparam("environment_id"),
-        Agent.agent_type == bindparam("agent_type"),
-        Agent.name == bindparam("name"),
-    )
-    .with_for_update()
+@dataclass(frozen=True, slots=True)
+class TokenView:
+    """What an enrollment reads of its install token."""
+
+    id: str
+    client_id: str
+    environment_id: str
+    prefix: str
+    cluster_slug: str | None
+    expires_at: datetime | None
+    max_uses: int | None
+    uses: int
+    revoked_at: datetime | None
+
+
+# Every enrollment runs these under the writer lock: fixed SQL on the driver's connection
+# (building and running them through SQLAlchemy cost several times what the database does;
+# docs/performance.md).
+_TOKENS = table_of(InstallToken)
+_TOKEN_BY_HASH = DriverStatement(
+    "SELECT id, client_id, environment_id, prefix, cluster_slug, expires_at, max_uses, uses, "
+    "revoked_at FROM install_token WHERE token_hash = ?",
+    tuple(_TOKENS.c[f] for f in TokenView.__slots__),
+)
+# Only the id: the record itself is loaded when there is one (a re-enrollment or a re-bind).
+_NAME_HOLDER = DriverStatement(
+    "SELECT id FROM agent WHERE environment_id = ? AND agent_type = ? AND name = ?",
+    lock_rows=True,
 )
 _EVIDENCE_OF = select(AgentEvidence).where(AgentEvidence.agent_id == bindparam("agent_id"))
-_KEY_TAKEN = select(
-    select(NatsRevocation.public_key)
-    .where(NatsRevocation.public_key == bindparam("public_key"))
-    .scalar_subquery(),
-    select(Agent.id).where(col(Agent.nats_public_key) == bindparam("public_key")).scalar_subquery(),
+_KEY_TAKEN = DriverStatement(
+    "SELECT (SELECT public_key FROM nats_revocation WHERE public_key = ?), "
+    "(SELECT id FROM agent WHERE nats_public_key = ?)"
 )
 # A use counted in SQL (``uses + 1``): two enrollments with one token never count one use.
-_TOKENS = table_of(InstallToken)
-_COUNT_USE: Update = (
-    update(_TOKENS)
-    .where(_TOKENS.c.id == bindparam("token_id"))
-    .values(uses=_TOKENS.c.uses + 1, last_used_at=bindparam("now"))
+_COUNT_USE = DriverStatement(
+    "UPDATE install_token SET uses = uses + 1, last_used_at = ? WHERE id = ?"
 )
 _INSERT_AGENT: Insert = insert(table_of(Agent))
 
 
 def _check_install_token(
     session: Session, raw: str, now: datetime, *, count_uses: bool = True
-) -> InstallToken:
-    token = session.exec(_TOKEN_BY_HASH, params={"token_hash": token_hash(raw)}).first()
-    if token is None:
+) -> TokenView:
+    row = _TOKEN_BY_HASH.first(session, (token_hash(raw),))
+    if row is None:
         raise UnauthorizedError(ErrorReason.INVALID_INSTALL_TOKEN, "install token is not valid")
+    token = TokenView(*row)
     if token.revoked_at is not None:
         raise UnauthorizedError(ErrorReason.INSTALL_TOKEN_REVOKED, "install token has been revoked")
     if token.expires_at is not None and token.expires_at <= now:
@@ -151,7 +165,7 @@ def _check_install_token(
     return token
 
 
-def _check_uses(token: InstallToken) -> None:
+def _check_uses(token: TokenView) -> None:
     if token.max_uses is not None and token.uses >= token.max_uses:
         raise UnauthorizedError(
             ErrorReason.INSTALL_TOKEN_EXHAUSTED,
@@ -188,7 +202,7 @@ def _held(session: Session, agent: Agent, now: datetime) -> HeldRecord:
     )
 
 
-def _claim(req: EnrollRequest, token: InstallToken) -> EnrollmentClaim:
+def _claim(req: EnrollRequest, token: TokenView) -> EnrollmentClaim:
     return EnrollmentClaim(
         public_key=req.public_key,
         signals=frozenset((k, evidence_hash(k, v)) for k, v in req.signals.present().items()),
@@ -201,7 +215,7 @@ def _check_key_free(session: Session, req: EnrollRequest, existing: Agent | None
     """Keys are unique across all records, and a key once taken away never comes back: not
     under another name, not in another environment or tenant."""
     # One round trip, no entities loaded: this runs on every enrollment, under the writer lock.
-    retired, holder_id = session.execute(_KEY_TAKEN, {"public_key": req.public_key}).one()
+    retired, holder_id = _KEY_TAKEN.rows(session, (req.public_key, req.public_key))[0]
     if retired is not None:
         raise ConflictError(
             ErrorReason.PUBLIC_KEY_RETIRED,
@@ -227,14 +241,8 @@ def enroll(
     _check_signature(req, now, skew_seconds)
     # Uses are checked once we know this is not a re-delivery (below).
     token = _check_install_token(session, req.install_token, now, count_uses=False)
-    existing = session.exec(
-        _NAME_HOLDER,
-        params={
-            "environment_id": token.environment_id,
-            "agent_type": req.agent_type.value,
-            "name": req.name,
-        },
-    ).first()
+    holder = _NAME_HOLDER.first(session, (token.environment_id, req.agent_type.value, req.name))
+    existing = None if holder is None else session.get(Agent, holder[0])
 
     held = None if existing is None else _held(session, existing, now)
     claim = _claim(req, token)
@@ -258,16 +266,14 @@ def enroll(
         conflict = refusal(decision.refusal, existing, held, quiet_seconds, claim)
         record_conflict(session, existing, conflict, now)
         raise conflict
-    session.execute(_COUNT_USE, {"token_id": token.id, "now": now})
+    _COUNT_USE.rows(session, (bind_value(session, _TOKENS.c.last_used_at, now), token.id))
     if decision.action is EnrollmentAction.CREATE:
         return _create(session, req, token, now)
     assert existing is not None and decision.how is not None
     return _rebind(session, existing, req, token, now, decision.how)
 
 
-def _create(
-    session: Session, req: EnrollRequest, token: InstallToken, now: datetime
-) -> EnrollOutcome:
+def _create(session: Session, req: EnrollRequest, token: TokenView, now: datetime) -> EnrollOutcome:
     """A new record, its evidence and its first history event: Core INSERTs (no ORM objects:
     this runs on every enrollment, under the writer lock)."""
     record = EnrolledRecord(
@@ -329,7 +335,7 @@ def _rebind(
     session: Session,
     existing: Agent,
     req: EnrollRequest,
-    token: InstallToken,
+    token: TokenView,
     now: datetime,
     how: RebindHow,
 ) -> EnrollOutcome:
