@@ -86,16 +86,14 @@ class DriverStatement:
     several times what the database does; docs/performance.md).
 
     The text is written with ``?`` placeholders and only this code's constants (values are
-    always bound); ``columns`` convert what a row returns with the columns' own types (an aware
-    UTC ``datetime`` from SQLite's text, say); ``lock_rows`` appends ``FOR UPDATE`` where the
-    database has it (SQLite serialises writers anyway). Driver errors are raised as SQLAlchemy's
+    always bound); ``columns`` convert the first values of a row with the columns' own types (an aware
+    UTC ``datetime`` from SQLite's text, say). Driver errors are raised as SQLAlchemy's
     (``IntegrityError``, ``OperationalError`` …), a lost connection invalidated first, as
     SQLAlchemy does for its own statements."""
 
-    def __init__(self, sql: str, columns: tuple[Any, ...] = (), *, lock_rows: bool = False) -> None:
+    def __init__(self, sql: str, columns: tuple[Any, ...] = ()) -> None:
         self.sql = sql
         self.columns = columns
-        self.lock_rows = lock_rows
         self._built: dict[str, tuple[str, list[Any]]] = {}
 
     def _for(self, dialect: Any) -> tuple[str, list[Any]]:
@@ -103,8 +101,6 @@ class DriverStatement:
         if built is None:
             mark = _MARKS[dialect.paramstyle]
             sql = self.sql if mark == "?" else self.sql.replace("?", mark)
-            if self.lock_rows and dialect.name != "sqlite":
-                sql += " FOR UPDATE"
             processors = [
                 c.type.dialect_impl(dialect).result_processor(dialect, None) for c in self.columns
             ]
@@ -127,8 +123,10 @@ class DriverStatement:
             cursor.close()
         if not any(processors):
             return [tuple(r) for r in rows]
+        n = len(processors)
         return [
             tuple(v if p is None else p(v) for p, v in zip(processors, r, strict=False))
+            + tuple(r[n:])
             for r in rows
         ]
 

@@ -120,25 +120,32 @@ class TokenView:
     revoked_at: datetime | None
 
 
-# Every enrollment runs these under the writer lock: fixed SQL on the driver's connection
-# (building and running them through SQLAlchemy cost several times what the database does;
-# docs/performance.md).
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What one enrollment reads before it decides: its token, the record holding the name,
+    and whether its key was taken away or is held by some record."""
+
+    token: TokenView
+    holder_id: str | None
+    key_retired: bool
+    key_holder_id: str | None
+
+
+# Every enrollment reads all it needs in one round trip and counts its token's use in a second:
+# fixed SQL on the driver's connection (through SQLAlchemy, building and running them cost
+# several times what the database does; docs/performance.md).
 _TOKENS = table_of(InstallToken)
-_TOKEN_BY_HASH = DriverStatement(
-    "SELECT id, client_id, environment_id, prefix, cluster_slug, expires_at, max_uses, uses, "
-    "revoked_at FROM install_token WHERE token_hash = ?",
+_FACTS = DriverStatement(
+    "SELECT t.id, t.client_id, t.environment_id, t.prefix, t.cluster_slug, t.expires_at, "
+    "t.max_uses, t.uses, t.revoked_at, "
+    "(SELECT a.id FROM agent a WHERE a.environment_id = t.environment_id "
+    "AND a.agent_type = ? AND a.name = ?), "
+    "(SELECT r.public_key FROM nats_revocation r WHERE r.public_key = ?), "
+    "(SELECT k.id FROM agent k WHERE k.nats_public_key = ?) "
+    "FROM install_token t WHERE t.token_hash = ?",
     tuple(_TOKENS.c[f] for f in TokenView.__slots__),
 )
-# Only the id: the record itself is loaded when there is one (a re-enrollment or a re-bind).
-_NAME_HOLDER = DriverStatement(
-    "SELECT id FROM agent WHERE environment_id = ? AND agent_type = ? AND name = ?",
-    lock_rows=True,
-)
 _EVIDENCE_OF = select(AgentEvidence).where(AgentEvidence.agent_id == bindparam("agent_id"))
-_KEY_TAKEN = DriverStatement(
-    "SELECT (SELECT public_key FROM nats_revocation WHERE public_key = ?), "
-    "(SELECT id FROM agent WHERE nats_public_key = ?)"
-)
 # A use counted in SQL (``uses + 1``): two enrollments with one token never count one use.
 _COUNT_USE = DriverStatement(
     "UPDATE install_token SET uses = uses + 1, last_used_at = ? WHERE id = ?"
@@ -146,13 +153,16 @@ _COUNT_USE = DriverStatement(
 _INSERT_AGENT: Insert = insert(table_of(Agent))
 
 
-def _check_install_token(
-    session: Session, raw: str, now: datetime, *, count_uses: bool = True
-) -> TokenView:
-    row = _TOKEN_BY_HASH.first(session, (token_hash(raw),))
+def _read_facts(session: Session, req: EnrollRequest, now: datetime) -> _Facts:
+    """The facts, once the install token is known, not revoked and not expired (its uses are
+    checked once we know whether this is a re-delivery)."""
+    key = req.public_key
+    row = _FACTS.first(
+        session, (req.agent_type.value, req.name, key, key, token_hash(req.install_token))
+    )
     if row is None:
         raise UnauthorizedError(ErrorReason.INVALID_INSTALL_TOKEN, "install token is not valid")
-    token = TokenView(*row)
+    token = TokenView(*row[:9])
     if token.revoked_at is not None:
         raise UnauthorizedError(ErrorReason.INSTALL_TOKEN_REVOKED, "install token has been revoked")
     if token.expires_at is not None and token.expires_at <= now:
@@ -160,9 +170,8 @@ def _check_install_token(
             ErrorReason.INSTALL_TOKEN_EXPIRED,
             f"install token expired at {token.expires_at.isoformat()}",
         )
-    if count_uses:
-        _check_uses(token)
-    return token
+    holder_id, retired, key_holder_id = row[9:]
+    return _Facts(token, holder_id, retired is not None, key_holder_id)
 
 
 def _check_uses(token: TokenView) -> None:
@@ -211,17 +220,16 @@ def _claim(req: EnrollRequest, token: TokenView) -> EnrollmentClaim:
     )
 
 
-def _check_key_free(session: Session, req: EnrollRequest, existing: Agent | None) -> None:
+def _check_key_free(facts: _Facts, existing: Agent | None) -> None:
     """Keys are unique across all records, and a key once taken away never comes back: not
     under another name, not in another environment or tenant."""
-    # One round trip, no entities loaded: this runs on every enrollment, under the writer lock.
-    retired, holder_id = _KEY_TAKEN.rows(session, (req.public_key, req.public_key))[0]
-    if retired is not None:
+    if facts.key_retired:
         raise ConflictError(
             ErrorReason.PUBLIC_KEY_RETIRED,
             "this public key was taken away (revoked, released, rotated or re-bound) and can "
             "never enroll again: generate a new key",
         )
+    holder_id = facts.key_holder_id
     if holder_id is not None and (existing is None or holder_id != existing.id):
         raise ConflictError(
             ErrorReason.PUBLIC_KEY_IN_USE,
@@ -239,10 +247,15 @@ def enroll(
 ) -> EnrollOutcome:
     now = now or utcnow()
     _check_signature(req, now, skew_seconds)
-    # Uses are checked once we know this is not a re-delivery (below).
-    token = _check_install_token(session, req.install_token, now, count_uses=False)
-    holder = _NAME_HOLDER.first(session, (token.environment_id, req.agent_type.value, req.name))
-    existing = None if holder is None else session.get(Agent, holder[0])
+    facts = _read_facts(session, req, now)
+    token = facts.token
+    # The record holding the name, locked (PostgreSQL) before the rules read it: a re-enrollment
+    # or a re-bind. A record gone since the read above is no holder.
+    existing = (
+        None
+        if facts.holder_id is None
+        else session.get(Agent, facts.holder_id, with_for_update=True)
+    )
 
     held = None if existing is None else _held(session, existing, now)
     claim = _claim(req, token)
@@ -260,7 +273,7 @@ def enroll(
         return EnrollOutcome(agent=EnrolledRecord.of(existing), created=False, rebound=False)
     _check_uses(token)
     if decision.action in (EnrollmentAction.CREATE, EnrollmentAction.REBIND):
-        _check_key_free(session, req, existing)
+        _check_key_free(facts, existing)
     if decision.action is EnrollmentAction.REFUSE:
         assert existing is not None and held is not None and decision.refusal is not None
         conflict = refusal(decision.refusal, existing, held, quiet_seconds, claim)
