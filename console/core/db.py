@@ -86,8 +86,8 @@ class DriverStatement:
     several times what the database does; docs/performance.md).
 
     The text is written with ``?`` placeholders and only this code's constants (values are
-    always bound); ``columns`` convert the first values of a row with the columns' own types (an aware
-    UTC ``datetime`` from SQLite's text, say). Driver errors are raised as SQLAlchemy's
+    always bound); ``columns`` convert a row's first values with the columns' own types (an
+    aware UTC ``datetime`` from SQLite's text, say). Driver errors are raised as SQLAlchemy's
     (``IntegrityError``, ``OperationalError`` …), a lost connection invalidated first, as
     SQLAlchemy does for its own statements."""
 
@@ -140,8 +140,15 @@ def bind_value(session: Session, column: Any, value: Any) -> Any:
     the type as the dialect has it, as SQLAlchemy binds it (the column's own type alone leaves
     the conversion to the driver, which writes a different text on SQLite)."""
     dialect = session.connection().dialect
-    process = column.type.dialect_impl(dialect).bind_processor(dialect)
+    key = (id(column), dialect.name)
+    process = _BINDS.get(key, _UNKNOWN)
+    if process is _UNKNOWN:
+        process = _BINDS[key] = column.type.dialect_impl(dialect).bind_processor(dialect)
     return value if process is None else process(value)
+
+
+_BINDS: dict[tuple[int, str], Any] = {}
+_UNKNOWN = object()
 
 
 def _raise_as_sqlalchemy(
