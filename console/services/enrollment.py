@@ -430,7 +430,7 @@ async def enroll_agent(
 
     # A conflict is kept on the record holding the name, and the guard's counts, even though the
     # request fails.
-    outcome = await rt.units.run(work, write=True, commit_on=(ConsoleError,), short=True)
+    outcome = await rt.units.run(work, write=True, commit_on=(ConsoleError,))
     agent = outcome.agent
     response = EnrollResponse(
         agent_id=agent.id,

@@ -112,12 +112,10 @@ class UnitsOfWork:
         *,
         write: bool,
         commit_on: tuple[type[BaseException], ...] = (),
-        locked: bool = False,
     ) -> tuple[T, list[Effect]]:
-        """Run ``work`` in this thread and commit; ``commit_on`` exceptions commit, then raise.
-        ``locked``: the caller holds the writer lock already."""
+        """Run ``work`` in this thread and commit; ``commit_on`` exceptions commit, then raise."""
         with (
-            self.writer() if write and not locked else nullcontext(),
+            self.writer() if write else nullcontext(),
             Session(self.engine, expire_on_commit=False) as session,
         ):
             unit = UnitOfWork(session)
@@ -135,29 +133,13 @@ class UnitsOfWork:
         *,
         write: bool = False,
         commit_on: tuple[type[BaseException], ...] = (),
-        short: bool = False,
     ) -> T:
-        """Hop to a worker thread for the transaction, then run its effects here, in order.
-
-        ``short``: a unit of a few statements (an enrollment) runs right here on SQLite when no
-        other writer holds the lock — the hop costs more than the unit itself there, and with
-        one writer at a time the unit's thread would hold the GIL all along anyway. It still
-        hops when the lock is taken (a heartbeat batch, say: the loop never waits for one), and
-        always on PostgreSQL (its round trips would stall the loop; units run in parallel)."""
+        """Hop to a worker thread for the transaction, then run its effects here, in order."""
         try:
             async with self._loop_writer() if write else _NO_LOCK:
-                lock = self._write_lock if write and short else None
-                if lock is not None and lock.acquire(blocking=False):
-                    try:
-                        result, effects = self.run_sync(
-                            work, write=write, commit_on=commit_on, locked=True
-                        )
-                    finally:
-                        lock.release()
-                else:
-                    result, effects = await anyio.to_thread.run_sync(
-                        lambda: self.run_sync(work, write=write, commit_on=commit_on)
-                    )
+                result, effects = await anyio.to_thread.run_sync(
+                    lambda: self.run_sync(work, write=write, commit_on=commit_on)
+                )
         except Exception as e:
             if not database_unreachable(e):
                 raise
