@@ -22,8 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from console.core.clock import utcnow
-from console.core.db import DriverStatement, bind_value
-from console.core.secrets import evidence_hash, token_hash
+from console.core.secrets import evidence_hash
 from console.core.signatures import SignatureError, verify
 from console.errors import (
     BadRequestError,
@@ -32,13 +31,20 @@ from console.errors import (
     ForbiddenError,
     UnauthorizedError,
 )
-from console.models import Agent, AgentEvidence, InstallToken, new_id, table_of
+from console.models import Agent, AgentEvidence, new_id, table_of
 from console.services.agent_records import (
     add_event,
     append_rows,
     record_evidence,
     revoke_key,
     seen_at,
+)
+from console.services.enrollment_facts import (
+    Facts,
+    TokenView,
+    count_use,
+    lock_holder,
+    read_facts,
 )
 from console.services.enrollment_refusals import record_conflict, refusal
 from console.services.rebinding import cancel_in_flight, rebound_refusal
@@ -105,73 +111,8 @@ class EnrollOutcome:
     revoked_key: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class TokenView:
-    """What an enrollment reads of its install token."""
-
-    id: str
-    client_id: str
-    environment_id: str
-    prefix: str
-    cluster_slug: str | None
-    expires_at: datetime | None
-    max_uses: int | None
-    uses: int
-    revoked_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Facts:
-    """What one enrollment reads before it decides: its token, the record holding the name,
-    and whether its key was taken away or is held by some record."""
-
-    token: TokenView
-    holder_id: str | None
-    key_retired: bool
-    key_holder_id: str | None
-
-
-# Every enrollment reads all it needs in one round trip and counts its token's use in a second:
-# fixed SQL on the driver's connection (through SQLAlchemy, building and running them cost
-# several times what the database does; docs/performance.md).
-_TOKENS = table_of(InstallToken)
-_FACTS = DriverStatement(
-    "SELECT t.id, t.client_id, t.environment_id, t.prefix, t.cluster_slug, t.expires_at, "
-    "t.max_uses, t.uses, t.revoked_at, "
-    "(SELECT a.id FROM agent a WHERE a.environment_id = t.environment_id "
-    "AND a.agent_type = ? AND a.name = ?), "
-    "(SELECT r.public_key FROM nats_revocation r WHERE r.public_key = ?), "
-    "(SELECT k.id FROM agent k WHERE k.nats_public_key = ?) "
-    "FROM install_token t WHERE t.token_hash = ?",
-    tuple(_TOKENS.c[f] for f in TokenView.__slots__),
-)
 _EVIDENCE_OF = select(AgentEvidence).where(AgentEvidence.agent_id == bindparam("agent_id"))
-# A use counted in SQL (``uses + 1``): two enrollments with one token never count one use.
-_COUNT_USE = DriverStatement(
-    "UPDATE install_token SET uses = uses + 1, last_used_at = ? WHERE id = ?"
-)
 _INSERT_AGENT: Insert = insert(table_of(Agent))
-
-
-def _read_facts(session: Session, req: EnrollRequest, now: datetime) -> _Facts:
-    """The facts, once the install token is known, not revoked and not expired (its uses are
-    checked once we know whether this is a re-delivery)."""
-    key = req.public_key
-    row = _FACTS.first(
-        session, (req.agent_type.value, req.name, key, key, token_hash(req.install_token))
-    )
-    if row is None:
-        raise UnauthorizedError(ErrorReason.INVALID_INSTALL_TOKEN, "install token is not valid")
-    token = TokenView(*row[:9])
-    if token.revoked_at is not None:
-        raise UnauthorizedError(ErrorReason.INSTALL_TOKEN_REVOKED, "install token has been revoked")
-    if token.expires_at is not None and token.expires_at <= now:
-        raise UnauthorizedError(
-            ErrorReason.INSTALL_TOKEN_EXPIRED,
-            f"install token expired at {token.expires_at.isoformat()}",
-        )
-    holder_id, retired, key_holder_id = row[9:]
-    return _Facts(token, holder_id, retired is not None, key_holder_id)
 
 
 def _check_uses(token: TokenView) -> None:
@@ -220,7 +161,7 @@ def _claim(req: EnrollRequest, token: TokenView) -> EnrollmentClaim:
     )
 
 
-def _check_key_free(facts: _Facts, existing: Agent | None) -> None:
+def _check_key_free(facts: Facts, existing: Agent | None) -> None:
     """Keys are unique across all records, and a key once taken away never comes back: not
     under another name, not in another environment or tenant."""
     if facts.key_retired:
@@ -247,15 +188,9 @@ def enroll(
 ) -> EnrollOutcome:
     now = now or utcnow()
     _check_signature(req, now, skew_seconds)
-    facts = _read_facts(session, req, now)
+    facts = read_facts(session, req, now)
     token = facts.token
-    # The record holding the name, locked (PostgreSQL) before the rules read it: a re-enrollment
-    # or a re-bind. A record gone since the read above is no holder.
-    existing = (
-        None
-        if facts.holder_id is None
-        else session.get(Agent, facts.holder_id, with_for_update=True)
-    )
+    existing = None if facts.holder_id is None else lock_holder(session, facts, req)
 
     held = None if existing is None else _held(session, existing, now)
     claim = _claim(req, token)
@@ -279,7 +214,7 @@ def enroll(
         conflict = refusal(decision.refusal, existing, held, quiet_seconds, claim)
         record_conflict(session, existing, conflict, now)
         raise conflict
-    _COUNT_USE.rows(session, (bind_value(session, _TOKENS.c.last_used_at, now), token.id))
+    count_use(session, token, now)
     if decision.action is EnrollmentAction.CREATE:
         return _create(session, req, token, now)
     assert existing is not None and decision.how is not None
