@@ -2,12 +2,13 @@
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session, create_engine
 
 from console.core.files import private_dir, private_file
@@ -72,3 +73,96 @@ def migrate(url: str, *, data_dir: Path | None = None) -> None:
 def sessions(engine: Engine) -> Iterator[Session]:
     with Session(engine, expire_on_commit=False) as session:
         yield session
+
+
+# -- statements in the driver's own terms, for the hottest paths ---------------------------------
+
+_MARKS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
+
+
+class DriverStatement:
+    """A fixed SQL text run on the session's own driver connection, in its transaction: no
+    statement object, execution context or result wrapper (on the enrollment path those cost
+    several times what the database does; docs/performance.md).
+
+    The text is written with ``?`` placeholders and only this code's constants (values are
+    always bound); ``columns`` convert a row's first values with the columns' own types (an
+    aware UTC ``datetime`` from SQLite's text, say). Driver errors are raised as SQLAlchemy's
+    (``IntegrityError``, ``OperationalError`` …), a lost connection invalidated first, as
+    SQLAlchemy does for its own statements."""
+
+    def __init__(self, sql: str, columns: tuple[Any, ...] = ()) -> None:
+        self.sql = sql
+        self.columns = columns
+        self._built: dict[str, tuple[str, list[Any]]] = {}
+
+    def _for(self, dialect: Any) -> tuple[str, list[Any]]:
+        built = self._built.get(dialect.name)
+        if built is None:
+            mark = _MARKS[dialect.paramstyle]
+            sql = self.sql if mark == "?" else self.sql.replace("?", mark)
+            processors = [
+                c.type.dialect_impl(dialect).result_processor(dialect, None) for c in self.columns
+            ]
+            built = self._built[dialect.name] = (sql, processors)
+        return built
+
+    def rows(self, session: Session, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """Run with ``params``; every row returned, converted."""
+        conn = session.connection()
+        sql, processors = self._for(conn.dialect)
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        cursor = raw.cursor()
+        try:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall() if cursor.description is not None else []
+        except conn.dialect.loaded_dbapi.Error as exc:
+            _raise_as_sqlalchemy(conn, cursor, sql, params, exc)
+        finally:
+            cursor.close()
+        if not any(processors):
+            return [tuple(r) for r in rows]
+        n = len(processors)
+        return [
+            tuple(v if p is None else p(v) for p, v in zip(processors, r, strict=False))
+            + tuple(r[n:])
+            for r in rows
+        ]
+
+    def first(self, session: Session, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        rows = self.rows(session, params)
+        return rows[0] if rows else None
+
+
+def bind_value(session: Session, column: Any, value: Any) -> Any:
+    """``value`` as the driver takes it for ``column`` (a ``datetime`` as SQLite's text, say):
+    the type as the dialect has it, as SQLAlchemy binds it (the column's own type alone leaves
+    the conversion to the driver, which writes a different text on SQLite)."""
+    dialect = session.connection().dialect
+    key = (id(column), dialect.name)
+    process = _BINDS.get(key, _UNKNOWN)
+    if process is _UNKNOWN:
+        process = _BINDS[key] = column.type.dialect_impl(dialect).bind_processor(dialect)
+    return value if process is None else process(value)
+
+
+_BINDS: dict[tuple[int, str], Any] = {}
+_UNKNOWN = object()
+
+
+def _raise_as_sqlalchemy(
+    conn: Any, cursor: Any, sql: str, params: tuple[Any, ...], exc: Exception
+) -> NoReturn:
+    dialect = conn.dialect
+    lost = dialect.is_disconnect(exc, conn.connection.dbapi_connection, cursor)
+    if lost:
+        conn.invalidate(exc)
+    raise DBAPIError.instance(
+        sql,
+        params,
+        exc,
+        dialect.loaded_dbapi.Error,
+        connection_invalidated=lost,
+        dialect=dialect,
+    ) from exc

@@ -33,7 +33,9 @@ def decode_user_public_key(public_key: str) -> bytes:
     if len(raw) != 35:
         raise SignatureError(public_key, "public key has the wrong length")
     body, crc = raw[:-2], int.from_bytes(raw[-2:], "little")
-    if nkeys.crc16(bytearray(body)) != crc:
+    # CRC-16/XMODEM, nkeys' checksum: ``binascii`` computes it in C (``nkeys.crc16`` loops in
+    # Python, ~20x the cost, on every enrollment).
+    if binascii.crc_hqx(body, 0) != crc:
         raise SignatureError(public_key, "public key checksum does not match")
     if body[0] != nkeys.PREFIX_BYTE_USER:
         raise SignatureError(public_key, "not a user nkey")

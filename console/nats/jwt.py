@@ -40,17 +40,24 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
 
+_HEADER_B64 = _b64(json.dumps(_HEADER, separators=(",", ":")).encode())
+
+
 def encode_jwt(claims: dict[str, Any], issuer: Any, *, issued_at: int | None = None) -> str:
+    """NATS' JWT: ``jti`` is the SHA-256 (base32) of the claims serialised with ``jti`` empty,
+    as the NATS ``jwt`` library computes it."""
     body = dict(claims)
     body["iat"] = int(issued_at if issued_at is not None else time.time())
     body["iss"] = issuer.public_key.decode()
     body["jti"] = ""
-    digest = hashlib.sha256(json.dumps(body, separators=(",", ":"), sort_keys=True).encode())
-    body["jti"] = base64.b32encode(digest.digest()).decode().rstrip("=")
-    header = _b64(json.dumps(_HEADER, separators=(",", ":")).encode())
-    payload = _b64(json.dumps(body, separators=(",", ":"), sort_keys=True).encode())
-    signature = issuer.sign(f"{header}.{payload}".encode())
-    return f"{header}.{payload}.{_b64(signature)}"
+    unnamed = json.dumps(body, separators=(",", ":"), sort_keys=True)
+    jti = base64.b32encode(hashlib.sha256(unnamed.encode()).digest()).decode().rstrip("=")
+    # The same text with the ``jti`` filled in, without serialising it all again (a JWT is
+    # signed on every enrollment): the keys are sorted and ``jti`` sorts before the only
+    # nested object (``nats``), so its first occurrence is the top-level key.
+    payload = _b64(unnamed.replace('"jti":""', f'"jti":"{jti}"', 1).encode())
+    signature = issuer.sign(f"{_HEADER_B64}.{payload}".encode())
+    return f"{_HEADER_B64}.{payload}.{_b64(signature)}"
 
 
 def decode_claims(token: str) -> dict[str, Any]:

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from prometheus_client import Histogram
-from sqlalchemy import Insert, Update, bindparam, insert, update
+from sqlalchemy import Insert, bindparam, insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from console.core.clock import utcnow
-from console.core.secrets import evidence_hash, token_hash
+from console.core.secrets import evidence_hash
 from console.core.signatures import SignatureError, verify
 from console.errors import (
     BadRequestError,
@@ -31,13 +31,20 @@ from console.errors import (
     ForbiddenError,
     UnauthorizedError,
 )
-from console.models import Agent, AgentEvidence, InstallToken, NatsRevocation, new_id, table_of
+from console.models import Agent, AgentEvidence, new_id, table_of
 from console.services.agent_records import (
     add_event,
     append_rows,
     record_evidence,
     revoke_key,
     seen_at,
+)
+from console.services.enrollment_facts import (
+    Facts,
+    TokenView,
+    count_use,
+    lock_holder,
+    read_facts,
 )
 from console.services.enrollment_refusals import record_conflict, refusal
 from console.services.rebinding import cancel_in_flight, rebound_refusal
@@ -104,54 +111,11 @@ class EnrollOutcome:
     revoked_key: bool = False
 
 
-# Every enrollment runs these under the writer lock: they are built once, with bound parameters
-# (building a statement costs more than SQLite running it; docs/performance.md).
-_TOKEN_BY_HASH = select(InstallToken).where(InstallToken.token_hash == bindparam("token_hash"))
-_NAME_HOLDER = (
-    select(Agent)
-    .where(
-        Agent.environment_id == bindparam("environment_id"),
-        Agent.agent_type == bindparam("agent_type"),
-        Agent.name == bindparam("name"),
-    )
-    .with_for_update()
-)
 _EVIDENCE_OF = select(AgentEvidence).where(AgentEvidence.agent_id == bindparam("agent_id"))
-_KEY_TAKEN = select(
-    select(NatsRevocation.public_key)
-    .where(NatsRevocation.public_key == bindparam("public_key"))
-    .scalar_subquery(),
-    select(Agent.id).where(col(Agent.nats_public_key) == bindparam("public_key")).scalar_subquery(),
-)
-# A use counted in SQL (``uses + 1``): two enrollments with one token never count one use.
-_TOKENS = table_of(InstallToken)
-_COUNT_USE: Update = (
-    update(_TOKENS)
-    .where(_TOKENS.c.id == bindparam("token_id"))
-    .values(uses=_TOKENS.c.uses + 1, last_used_at=bindparam("now"))
-)
 _INSERT_AGENT: Insert = insert(table_of(Agent))
 
 
-def _check_install_token(
-    session: Session, raw: str, now: datetime, *, count_uses: bool = True
-) -> InstallToken:
-    token = session.exec(_TOKEN_BY_HASH, params={"token_hash": token_hash(raw)}).first()
-    if token is None:
-        raise UnauthorizedError(ErrorReason.INVALID_INSTALL_TOKEN, "install token is not valid")
-    if token.revoked_at is not None:
-        raise UnauthorizedError(ErrorReason.INSTALL_TOKEN_REVOKED, "install token has been revoked")
-    if token.expires_at is not None and token.expires_at <= now:
-        raise UnauthorizedError(
-            ErrorReason.INSTALL_TOKEN_EXPIRED,
-            f"install token expired at {token.expires_at.isoformat()}",
-        )
-    if count_uses:
-        _check_uses(token)
-    return token
-
-
-def _check_uses(token: InstallToken) -> None:
+def _check_uses(token: TokenView) -> None:
     if token.max_uses is not None and token.uses >= token.max_uses:
         raise UnauthorizedError(
             ErrorReason.INSTALL_TOKEN_EXHAUSTED,
@@ -188,7 +152,7 @@ def _held(session: Session, agent: Agent, now: datetime) -> HeldRecord:
     )
 
 
-def _claim(req: EnrollRequest, token: InstallToken) -> EnrollmentClaim:
+def _claim(req: EnrollRequest, token: TokenView) -> EnrollmentClaim:
     return EnrollmentClaim(
         public_key=req.public_key,
         signals=frozenset((k, evidence_hash(k, v)) for k, v in req.signals.present().items()),
@@ -197,17 +161,16 @@ def _claim(req: EnrollRequest, token: InstallToken) -> EnrollmentClaim:
     )
 
 
-def _check_key_free(session: Session, req: EnrollRequest, existing: Agent | None) -> None:
+def _check_key_free(facts: Facts, existing: Agent | None) -> None:
     """Keys are unique across all records, and a key once taken away never comes back: not
     under another name, not in another environment or tenant."""
-    # One round trip, no entities loaded: this runs on every enrollment, under the writer lock.
-    retired, holder_id = session.execute(_KEY_TAKEN, {"public_key": req.public_key}).one()
-    if retired is not None:
+    if facts.key_retired:
         raise ConflictError(
             ErrorReason.PUBLIC_KEY_RETIRED,
             "this public key was taken away (revoked, released, rotated or re-bound) and can "
             "never enroll again: generate a new key",
         )
+    holder_id = facts.key_holder_id
     if holder_id is not None and (existing is None or holder_id != existing.id):
         raise ConflictError(
             ErrorReason.PUBLIC_KEY_IN_USE,
@@ -225,16 +188,9 @@ def enroll(
 ) -> EnrollOutcome:
     now = now or utcnow()
     _check_signature(req, now, skew_seconds)
-    # Uses are checked once we know this is not a re-delivery (below).
-    token = _check_install_token(session, req.install_token, now, count_uses=False)
-    existing = session.exec(
-        _NAME_HOLDER,
-        params={
-            "environment_id": token.environment_id,
-            "agent_type": req.agent_type.value,
-            "name": req.name,
-        },
-    ).first()
+    facts = read_facts(session, req, now)
+    token = facts.token
+    existing = None if facts.holder_id is None else lock_holder(session, facts, req)
 
     held = None if existing is None else _held(session, existing, now)
     claim = _claim(req, token)
@@ -252,22 +208,20 @@ def enroll(
         return EnrollOutcome(agent=EnrolledRecord.of(existing), created=False, rebound=False)
     _check_uses(token)
     if decision.action in (EnrollmentAction.CREATE, EnrollmentAction.REBIND):
-        _check_key_free(session, req, existing)
+        _check_key_free(facts, existing)
     if decision.action is EnrollmentAction.REFUSE:
         assert existing is not None and held is not None and decision.refusal is not None
         conflict = refusal(decision.refusal, existing, held, quiet_seconds, claim)
         record_conflict(session, existing, conflict, now)
         raise conflict
-    session.execute(_COUNT_USE, {"token_id": token.id, "now": now})
+    count_use(session, token, now)
     if decision.action is EnrollmentAction.CREATE:
         return _create(session, req, token, now)
     assert existing is not None and decision.how is not None
     return _rebind(session, existing, req, token, now, decision.how)
 
 
-def _create(
-    session: Session, req: EnrollRequest, token: InstallToken, now: datetime
-) -> EnrollOutcome:
+def _create(session: Session, req: EnrollRequest, token: TokenView, now: datetime) -> EnrollOutcome:
     """A new record, its evidence and its first history event: Core INSERTs (no ORM objects:
     this runs on every enrollment, under the writer lock)."""
     record = EnrolledRecord(
@@ -329,7 +283,7 @@ def _rebind(
     session: Session,
     existing: Agent,
     req: EnrollRequest,
-    token: InstallToken,
+    token: TokenView,
     now: datetime,
     how: RebindHow,
 ) -> EnrollOutcome:

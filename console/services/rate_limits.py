@@ -4,10 +4,10 @@ Counters live in the Console's database (table ``rate_counter``), so every repli
 against the same numbers and a restart keeps them. Each counter is a sliding-window counter
 (the algorithm of the ``limits`` library, whose notation the settings use): the hits of the
 current fixed window and of the one before, the older one weighted by how much of it still
-overlaps the sliding window. One hit is one atomic upsert (``INSERT … ON CONFLICT DO UPDATE …
-RETURNING``, the same SQL on SQLite and PostgreSQL); a refused hit is taken back in the same
-transaction, so refusals do not extend a refusal. The limits are there to blunt floods and
-guessing, not to meter exactly.
+overlaps the sliding window. A call's hits are one atomic upsert (``INSERT … ON CONFLICT DO
+UPDATE … RETURNING``, a row a counter, the same SQL on SQLite and PostgreSQL); a refused hit is
+taken back in the same transaction, so refusals do not extend a refusal. The limits are there
+to blunt floods and guessing, not to meter exactly.
 
 The source address is the one uvicorn reports: behind a proxy or ingress, run uvicorn with
 ``--forwarded-allow-ips`` set to the proxy so it is the client's.
@@ -20,11 +20,13 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 from limits import RateLimitItem, parse_many
-from sqlalchemy import delete, text
+from sqlalchemy import delete
 from sqlmodel import Session, col
 
+from console.core.db import DriverStatement
 from console.core.settings import ConsoleSettings
 from console.errors import TooManyRequestsError
 from console.models import RateCounter
@@ -140,12 +142,28 @@ def _count(
     hits: list[tuple[str, str, list[RateLimitItem]]],
     now: float,
 ) -> _Refusal | None:
-    for kind, who, items in hits:
-        for item in items:
-            key = _key(door, kind, who, item)
-            retry_after = _hit(uow.session, key, item, now)
-            if retry_after is not None:
-                return _Refusal(door, kind, item, retry_after)
+    """Every hit in one statement (one round trip; enrollment counts two on every call). The
+    first hit over its rate is refused and taken back with every hit after it: the counts left
+    are those of counting one at a time and stopping at the refusal."""
+    counted = [
+        (kind, item, _key(door, kind, who, item)) for kind, who, items in hits for item in items
+    ]
+    if not counted:
+        return None
+    keys = [key for _kind, _item, key in counted]
+    if len(set(keys)) == len(keys):
+        seen = _upsert(uow.session, [(key, item) for _kind, item, key in counted], now)
+    else:  # one counter twice (a rate repeated in the settings): one statement per hit
+        seen = {}
+        for _kind, item, key in counted:
+            seen.update(_upsert(uow.session, [(key, item)], now))
+    for i, (kind, item, key) in enumerate(counted):
+        count, previous = seen[key]
+        retry_after = _verdict(item, count, previous, now)
+        if retry_after is not None:
+            for taken in keys[i:]:
+                _TAKE_BACK.rows(uow.session, (taken,))
+            return _Refusal(door, kind, item, retry_after)
     return None
 
 
@@ -159,38 +177,52 @@ def _key(door: str, kind: str, who: str, item: RateLimitItem) -> str:
     return key
 
 
-# One statement on SQLite and PostgreSQL alike, written out once: building it with the ORM
-# cost more than running it. In DO UPDATE every right-hand side reads the row as it was.
-_UPSERT = text(
-    """
-    INSERT INTO rate_counter (key, slot, count, previous, expires_at)
-    VALUES (:key, :slot, 1, 0, :expires_at)
+# One statement on SQLite and PostgreSQL alike, in the driver's terms: building it with the ORM
+# cost more than running it. In DO UPDATE every right-hand side reads the row as it was, and
+# ``excluded`` is the row that was offered.
+_UPSERT_SET = """
     ON CONFLICT (key) DO UPDATE SET
         previous = CASE
-            WHEN rate_counter.slot = :slot THEN rate_counter.previous
-            WHEN rate_counter.slot = :slot - 1 THEN rate_counter.count
+            WHEN rate_counter.slot = excluded.slot THEN rate_counter.previous
+            WHEN rate_counter.slot = excluded.slot - 1 THEN rate_counter.count
             ELSE 0 END,
-        count = CASE WHEN rate_counter.slot = :slot THEN rate_counter.count + 1 ELSE 1 END,
-        slot = :slot,
-        expires_at = :expires_at
-    RETURNING count, previous
-    """
-)
-_TAKE_BACK = text("UPDATE rate_counter SET count = count - 1 WHERE key = :key")
+        count = CASE WHEN rate_counter.slot = excluded.slot THEN rate_counter.count + 1 ELSE 1 END,
+        slot = excluded.slot,
+        expires_at = excluded.expires_at
+    RETURNING key, count, previous
+"""
+_TAKE_BACK = DriverStatement("UPDATE rate_counter SET count = count - 1 WHERE key = ?")
 
 
-def _hit(session: Session, key: str, item: RateLimitItem, now: float) -> int | None:
-    """One atomic hit on ``key``; None when within the rate, else the seconds to wait (the
-    hit is taken back)."""
+@cache
+def _upsert_of(rows: int) -> DriverStatement:
+    values = ", ".join(["(?, ?, 1, 0, ?)"] * rows)
+    return DriverStatement(
+        f"INSERT INTO rate_counter (key, slot, count, previous, expires_at) VALUES {values}"  # noqa: S608
+        + _UPSERT_SET
+    )
+
+
+def _upsert(
+    session: Session, hits: list[tuple[str, RateLimitItem]], now: float
+) -> dict[str, tuple[int, int]]:
+    """One hit on each key, atomically; each counter's (count, previous) after it."""
+    params: list[object] = []
+    for key, item in hits:
+        period = float(item.get_expiry())
+        slot = int(now // period)
+        params += [key, slot, (slot + 2) * period]
+    rows = _upsert_of(len(hits)).rows(session, tuple(params))
+    return {key: (count, previous) for key, count, previous in rows}
+
+
+def _verdict(item: RateLimitItem, count: int, previous: int, now: float) -> int | None:
+    """None when the hit is within the rate, else the seconds to wait."""
     period = float(item.get_expiry())
-    slot = int(now // period)
-    params = {"key": key, "slot": slot, "expires_at": (slot + 2) * period}
-    count, previous = session.execute(_UPSERT, params).one()
-    elapsed = now - slot * period
+    elapsed = now - int(now // period) * period
     estimate = previous * (period - elapsed) / period + count
     if estimate <= item.amount:
         return None
-    session.execute(_TAKE_BACK, {"key": key})
     return _retry_after(item.amount, count - 1, previous, period, elapsed)
 
 

@@ -44,9 +44,7 @@ _LIMITED_ERRORS: dict[int | str, dict[str, object]] = {
         **_LIMITED_ERRORS,
     },
 )
-async def enroll_agent(
-    req: EnrollRequest, runtime: RuntimeDep, request: Request, response: Response
-) -> EnrollResponse:
+async def enroll_agent(req: EnrollRequest, runtime: RuntimeDep, request: Request) -> Response:
     source = client_address(request)
     prefix = loggable_prefix(req.install_token)
     seen: dict[str, Field] = {
@@ -72,9 +70,14 @@ async def enroll_agent(
         environment_id=answer.environment_id,
         **seen,
     )
-    if not created:
-        response.status_code = status.HTTP_200_OK
-    return answer
+    # Built here, once: the answer is an ``EnrollResponse`` already, and FastAPI would validate
+    # it again against ``response_model`` (which stays, for the OpenAPI document) and encode it
+    # field by field.
+    return Response(
+        answer.model_dump_json(),
+        status_code=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        media_type="application/json",
+    )
 
 
 async def _limit_agent(runtime: RuntimeDep, agent_id: str, request: Request) -> None:

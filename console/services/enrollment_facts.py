@@ -1,0 +1,114 @@
+"""What an enrollment reads before it decides, in one round trip, and its token's use.
+
+Every enrollment reads its install token, the record holding the name and the facts about its
+key, under the writer lock: as one fixed statement on the driver's connection
+(``db.DriverStatement``) — built and run through SQLAlchemy, the three reads cost several times
+what the database does (docs/performance.md). The checks on what was read stay in
+``services.enrollment``; here only the token's own (known, not revoked, not expired).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlmodel import Session
+
+from console.core.db import DriverStatement, bind_value
+from console.core.secrets import token_hash
+from console.errors import UnauthorizedError
+from console.models import Agent, InstallToken, table_of
+from contracts.enrollment import EnrollRequest
+from contracts.vocabulary import ErrorReason
+
+__all__ = ["Facts", "TokenView", "count_use", "lock_holder", "read_facts"]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenView:
+    """What an enrollment reads of its install token."""
+
+    id: str
+    client_id: str
+    environment_id: str
+    prefix: str
+    cluster_slug: str | None
+    expires_at: datetime | None
+    max_uses: int | None
+    uses: int
+    revoked_at: datetime | None
+
+
+@dataclass(slots=True)
+class Facts:
+    """What one enrollment reads before it decides: its token, the record holding the name,
+    and whether its key was taken away or is held by some record."""
+
+    token: TokenView
+    holder_id: str | None
+    key_retired: bool
+    key_holder_id: str | None
+
+    def refresh_key(self, retired: bool, holder_id: str | None) -> None:
+        self.key_retired, self.key_holder_id = retired, holder_id
+
+
+# Every enrollment reads all it needs in one round trip and counts its token's use in a second:
+# fixed SQL on the driver's connection (through SQLAlchemy, building and running them cost
+# several times what the database does; docs/performance.md).
+_TOKENS = table_of(InstallToken)
+_FACTS = DriverStatement(
+    "SELECT t.id, t.client_id, t.environment_id, t.prefix, t.cluster_slug, t.expires_at, "
+    "t.max_uses, t.uses, t.revoked_at, "
+    "(SELECT a.id FROM agent a WHERE a.environment_id = t.environment_id "
+    "AND a.agent_type = ? AND a.name = ?), "
+    "(SELECT r.public_key FROM nats_revocation r WHERE r.public_key = ?), "
+    "(SELECT k.id FROM agent k WHERE k.nats_public_key = ?) "
+    "FROM install_token t WHERE t.token_hash = ?",
+    tuple(_TOKENS.c[f] for f in TokenView.__slots__),
+)
+_KEY_TAKEN = DriverStatement(
+    "SELECT (SELECT public_key FROM nats_revocation WHERE public_key = ?), "
+    "(SELECT id FROM agent WHERE nats_public_key = ?)"
+)
+# A use counted in SQL (``uses + 1``): two enrollments with one token never count one use.
+_COUNT_USE = DriverStatement(
+    "UPDATE install_token SET uses = uses + 1, last_used_at = ? WHERE id = ?"
+)
+
+
+def read_facts(session: Session, req: EnrollRequest, now: datetime) -> Facts:
+    """The facts, once the install token is known, not revoked and not expired (its uses are
+    checked once we know whether this is a re-delivery)."""
+    key = req.public_key
+    row = _FACTS.first(
+        session, (req.agent_type.value, req.name, key, key, token_hash(req.install_token))
+    )
+    if row is None:
+        raise UnauthorizedError(ErrorReason.INVALID_INSTALL_TOKEN, "install token is not valid")
+    token = TokenView(*row[:9])
+    if token.revoked_at is not None:
+        raise UnauthorizedError(ErrorReason.INSTALL_TOKEN_REVOKED, "install token has been revoked")
+    if token.expires_at is not None and token.expires_at <= now:
+        raise UnauthorizedError(
+            ErrorReason.INSTALL_TOKEN_EXPIRED,
+            f"install token expired at {token.expires_at.isoformat()}",
+        )
+    holder_id, retired, key_holder_id = row[9:]
+    return Facts(token, holder_id, retired is not None, key_holder_id)
+
+
+def lock_holder(session: Session, facts: Facts, req: EnrollRequest) -> Agent | None:
+    """The record holding the name, locked (PostgreSQL) before the rules read it: a
+    re-enrollment or a re-bind (a record gone since the first read is no holder). The key's
+    facts are read again once it is locked: a re-bind of that record committed meanwhile may
+    have retired this very key."""
+    existing = session.get(Agent, facts.holder_id, with_for_update=True)
+    if existing is not None:
+        retired, key_holder_id = _KEY_TAKEN.rows(session, (req.public_key, req.public_key))[0]
+        facts.refresh_key(retired is not None, key_holder_id)
+    return existing
+
+
+def count_use(session: Session, token: TokenView, now: datetime) -> None:
+    _COUNT_USE.rows(session, (bind_value(session, _TOKENS.c.last_used_at, now), token.id))
