@@ -30,6 +30,7 @@ from console.services.agent_records import (
     is_online,
     load_agent,
     record_evidence,
+    record_seen,
     revoke_key,
     seen_at,
 )
@@ -186,7 +187,7 @@ def complete_rotation(
     )
     agent.nats_public_key = proof.new_public_key
     agent.credentials_rotated_at = now
-    agent.last_seen_at = now
+    record_seen(session, agent, now)
     session.add(agent)
     rotation.completed_at = now
     rotation.new_public_key = proof.new_public_key
