@@ -21,7 +21,7 @@ from pathlib import Path
 from sqlalchemy import insert
 
 from console.core.db import make_engine
-from console.models import Agent, AgentEvidence, AgentPresence, new_id
+from console.models import Agent, AgentEvidence, new_id
 from testkit.console import ConsoleProcess
 from testkit.postgres import ThrowawayPostgres
 
@@ -44,7 +44,7 @@ def seed(database_url: str, client_id: str, environment_id: str, count: int) -> 
     try:
         with engine.begin() as conn:
             for start in range(0, count, 5000):
-                agents, evidence, presence = [], [], []
+                agents, evidence = [], []
                 for i in range(start, min(count, start + 5000)):
                     agent_id = new_id()
                     agents.append(
@@ -59,13 +59,8 @@ def seed(database_url: str, client_id: str, environment_id: str, count: int) -> 
                             "can_self_update": True,
                             "labels": {"rack": f"r{i % 40}"},
                             "enrolled_at": now,
-                            "conflict_count": 0,
-                        }
-                    )
-                    presence.append(
-                        {
-                            "agent_id": agent_id,
                             "last_seen_at": now if i % 10 else now - timedelta(days=2),
+                            "conflict_count": 0,
                         }
                     )
                     if i % 3 == 0:
@@ -80,7 +75,6 @@ def seed(database_url: str, client_id: str, environment_id: str, count: int) -> 
                             }
                         )
                 conn.execute(insert(Agent), agents)
-                conn.execute(insert(AgentPresence), presence)
                 conn.execute(insert(AgentEvidence), evidence)
         # A database that has lived with its rows has planner statistics (autovacuum's ANALYZE);
         # a table bulk-loaded a second ago has none until autovacuum gets to it, and the planner

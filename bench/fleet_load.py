@@ -55,7 +55,7 @@ def seed_agents(console: ConsoleProcess, count: int, *, offline_share: float = 0
     from sqlalchemy import insert
 
     from console.core.db import make_engine
-    from console.models import Agent, AgentPresence
+    from console.models import Agent
 
     info = console.bootstrap_info
     now = datetime.now(UTC)
@@ -77,23 +77,16 @@ def seed_agents(console: ConsoleProcess, count: int, *, offline_share: float = 0
                         "can_self_update": True,
                         "labels": {"rack": f"r{i % 40}"},
                         "enrolled_at": now,
-                        "conflict_count": 0,
-                    }
-                    for i in range(start, min(count, start + 5000))
-                ]
-                conn.execute(insert(Agent), rows)
-                seen = [
-                    {
-                        "agent_id": ids[i],
                         "last_seen_at": (
                             now - timedelta(days=2)
                             if offline_every and i % offline_every == 0
                             else now
                         ),
+                        "conflict_count": 0,
                     }
                     for i in range(start, min(count, start + 5000))
                 ]
-                conn.execute(insert(AgentPresence), seen)
+                conn.execute(insert(Agent), rows)
     finally:
         engine.dispose()
     return ids

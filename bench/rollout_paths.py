@@ -29,7 +29,7 @@ from sqlmodel import Session
 
 from console.bootstrap import bootstrap
 from console.core.db import make_engine, migrate
-from console.models import Agent, AgentPresence, Rollout, RolloutTarget, new_id
+from console.models import Agent, Rollout, RolloutTarget, new_id
 from contracts.messages import CommandKind, CommandResult, CommandStatus
 
 MODULES = ("reads", "dispatch", "results")
@@ -77,11 +77,10 @@ def _setup(tmp: Path, size: int) -> tuple[Engine, str]:
             insert(Agent),
             [
                 {**owner, "id": i, "agent_type": "host", "name": f"a{n:06d}", "version": "0.8.0"}
-                | {"labels": {}, "enrolled_at": now, "conflict_count": 0}
+                | {"labels": {}, "enrolled_at": now, "last_seen_at": now, "conflict_count": 0}
                 for n, i in enumerate(ids)
             ],
         )
-        c.execute(insert(AgentPresence), [{"agent_id": i, "last_seen_at": now} for i in ids])
         c.execute(
             insert(Rollout),
             [

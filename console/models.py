@@ -2,11 +2,11 @@
 
 import uuid
 from datetime import datetime
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 from sqlalchemy import JSON, BigInteger, Column, Index, LargeBinary, Table, UniqueConstraint
-from sqlmodel import Field, Relationship, SQLModel
+from sqlmodel import Field, SQLModel
 
 from console.core.clock import utcnow
 from contracts.vocabulary.rollouts import (
@@ -125,8 +125,16 @@ class Agent(SQLModel, table=True):
         ),
         # Keys are unique across all records (issue 11): one key, one identity, one revocation.
         Index("ix_agent_nats_public_key", "nats_public_key", unique=True),
-        # The fleet list filters and counts in SQL (migration 0010): the version filter and the
-        # fleet's version list. Status reads ``AgentPresence`` (migration 0015).
+        # The fleet list filters and counts in SQL (migration 0010): status (covered: the last
+        # sign of life, revoked, released),
+        # the version filter and the fleet's version list.
+        Index(
+            "ix_agent_env_last_seen",
+            "environment_id",
+            "last_seen_at",
+            "revoked_at",
+            "nats_public_key",
+        ),
         Index("ix_agent_env_version", "environment_id", "version"),
     )
 
@@ -147,9 +155,12 @@ class Agent(SQLModel, table=True):
     labels: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     install_token_id: str | None = Field(default=None, max_length=32)
     enrolled_at: datetime = Field(default_factory=utcnow)
+    last_seen_at: datetime | None = None
+    last_heartbeat_at: datetime | None = None
     heartbeat_interval_seconds: float | None = None
     metrics_interval_seconds: float | None = None
     sync_interval_seconds: float | None = None
+    uptime_seconds: float | None = None
     last_metrics: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     released_at: datetime | None = None
     revoked_at: datetime | None = None
@@ -165,44 +176,6 @@ class Agent(SQLModel, table=True):
     rebound_at: datetime | None = Field(
         default=None, description="last quiet re-bind onto another machine (flag ``rebound``)"
     )
-    # What every heartbeat changes lives in its own narrow row (loaded with the record).
-    presence: Optional["AgentPresence"] = Relationship(
-        sa_relationship_kwargs={"lazy": "selectin", "uselist": False}
-    )
-
-    @property
-    def last_seen_at(self) -> datetime | None:
-        """The last sign of life: heartbeat, enrollment or credential renewal."""
-        return self.presence.last_seen_at if self.presence is not None else None
-
-    @last_seen_at.setter
-    def last_seen_at(self, value: datetime | None) -> None:
-        if self.presence is None:
-            self.presence = AgentPresence(agent_id=self.id, last_seen_at=value)
-        else:
-            self.presence.last_seen_at = value
-
-    @property
-    def last_heartbeat_at(self) -> datetime | None:
-        return self.presence.last_heartbeat_at if self.presence is not None else None
-
-
-class AgentPresence(SQLModel, table=True):
-    """The part of a record every heartbeat rewrites, one narrow row per agent (migration
-    0015): at 100,000 agents each heartbeat is its own UPDATE, and a small row with a small
-    index costs a fraction of the wide ``agent`` row (docs/performance.md). Every record has
-    one, made with it at enrollment."""
-
-    __tablename__ = "agent_presence"
-    __table_args__ = (
-        Index("ix_agent_presence_last_seen_at", "last_seen_at"),
-        {"sqlite_with_rowid": False},
-    )
-
-    agent_id: str = Field(foreign_key="agent.id", primary_key=True, max_length=32)
-    last_seen_at: datetime | None = None
-    last_heartbeat_at: datetime | None = None
-    uptime_seconds: float | None = None
 
 
 class AgentEvidence(SQLModel, table=True):

@@ -356,9 +356,9 @@ class InProcessConsole:
                     nats_public_key=AgentKey(f"{prefix}-{i:03d}").public_key,
                     version="0.8.0",
                     enrolled_at=now,
+                    last_seen_at=now,
                     **fields,
                 )
-                agent.last_seen_at = now  # its presence row, as enrollment makes it
                 uow.session.add(agent)
                 made[agent.name] = agent.id
             return made

@@ -167,7 +167,7 @@ class Swarm:
         from sqlalchemy import insert
 
         from console.core.db import make_engine
-        from console.models import Agent, AgentPresence, new_id
+        from console.models import Agent, new_id
 
         info = self.console.bootstrap_info
         now = datetime.now(UTC)
@@ -189,15 +189,12 @@ class Swarm:
                             "can_self_update": True,
                             "labels": {},
                             "enrolled_at": now,
+                            "last_seen_at": now,
                             "conflict_count": 0,
                         }
                         for i in range(start, min(len(idents), start + 5000))
                     ]
                     conn.execute(insert(Agent), rows)
-                    conn.execute(
-                        insert(AgentPresence),
-                        [{"agent_id": row["id"], "last_seen_at": now} for row in rows],
-                    )
         finally:
             engine.dispose()
         return ids

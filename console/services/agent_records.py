@@ -16,7 +16,6 @@ from console.models import (
     Agent,
     AgentEvent,
     AgentEvidence,
-    AgentPresence,
     NatsAccount,
     NatsRevocation,
     table_of,
@@ -146,24 +145,11 @@ def seen_at(agent: Agent) -> datetime:
     return agent.last_seen_at or agent.enrolled_at
 
 
-def record_seen(session: Session, agent: Agent, now: datetime) -> None:
-    """A sign of life other than a heartbeat (re-enrollment, credential renewal): the record's
-    presence row says so (a new record's row is inserted with it: ``new_presence``)."""
-    agent.last_seen_at = now
-    session.add(agent)
-
-
-def new_presence(agent_id: str, now: datetime) -> dict[str, Any]:
-    """The presence row of a record enrolled ``now`` (``append_rows`` with ``INSERT_PRESENCE``)."""
-    return {"agent_id": agent_id, "last_seen_at": now}
-
-
 # History and new evidence are only ever appended: they are written with Core INSERTs (built once
 # here), not ORM objects — building a SQLModel table object and flushing it costs several times
 # the INSERT itself, and enrollment writes both on every call (docs/performance.md).
 _INSERT_EVENT: Insert = insert(table_of(AgentEvent))
 _INSERT_EVIDENCE: Insert = insert(table_of(AgentEvidence))
-INSERT_PRESENCE: Insert = insert(table_of(AgentPresence))
 
 
 def append_rows(session: Session, statement: Insert, rows: list[dict[str, Any]]) -> None:

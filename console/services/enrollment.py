@@ -33,12 +33,9 @@ from console.errors import (
 )
 from console.models import Agent, AgentEvidence, InstallToken, NatsRevocation, new_id, table_of
 from console.services.agent_records import (
-    INSERT_PRESENCE,
     add_event,
     append_rows,
-    new_presence,
     record_evidence,
-    record_seen,
     revoke_key,
     seen_at,
 )
@@ -299,10 +296,10 @@ def _create(
                     "labels": dict(req.labels),
                     "install_token_id": token.id,
                     "enrolled_at": now,
+                    "last_seen_at": now,
                 }
             ],
         )
-        append_rows(session, INSERT_PRESENCE, [new_presence(record.id, now)])
     except IntegrityError as exc:
         session.rollback()
         raise ConflictError(
@@ -349,7 +346,7 @@ def _rebind(
     existing.self_update_blocker = None  # known again from the next heartbeat
     existing.labels = dict(req.labels) or existing.labels
     existing.released_at = None
-    record_seen(session, existing, now)
+    existing.last_seen_at = now
     existing.last_conflict_at = None
     existing.last_conflict_reason = None
     existing.shared_identity_since = None

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, exists, false, or_, true
 from sqlmodel import col, select
 
-from console.models import Agent, AgentEvidence, AgentPresence, NatsRevocation
+from console.models import Agent, AgentEvidence, NatsRevocation
 from console.services.rebinding import REBOUND_FLAG_SECONDS
 from contracts.vocabulary import AgentFlag, AgentStatus
 from fleet_policy.identities import online_cutoff
@@ -27,31 +27,19 @@ def status_condition(
     status: AgentStatus, *, now: datetime, stale_seconds: float
 ) -> ColumnElement[bool]:
     """``fleet_policy.identities.agent_status`` as a condition: revoked, then released, then
-    online (seen at or after the cutoff) or offline. The last sign of life is the record's
-    ``AgentPresence`` row (every record has one)."""
+    online (seen at or after the cutoff) or offline."""
     revoked = col(Agent.revoked_at).is_not(None)
     holds = and_(col(Agent.revoked_at).is_(None), col(Agent.nats_public_key).is_not(None))
     cutoff = online_cutoff(now, stale_after_seconds=stale_seconds)
-    seen = col(AgentPresence.last_seen_at)
+    seen_recently = col(Agent.last_seen_at) >= cutoff
     if status is AgentStatus.REVOKED:
         return revoked
     if status is AgentStatus.RELEASED:
         return and_(col(Agent.revoked_at).is_(None), col(Agent.nats_public_key).is_(None))
     if status is AgentStatus.ONLINE:
-        # most records are online: walk the page's order and look each one's row up
-        return and_(
-            holds,
-            exists(
-                select(AgentPresence.agent_id).where(
-                    AgentPresence.agent_id == Agent.id, seen >= cutoff
-                )
-            ),
-        )
-    # few are offline: found from the presence index ("never seen, or seen before the cutoff")
-    return and_(
-        holds,
-        col(Agent.id).in_(select(AgentPresence.agent_id).where(or_(seen < cutoff, seen.is_(None)))),
-    )
+        return and_(holds, seen_recently)
+    # "never seen, or seen before the cutoff": two ranges of the index a planner can join
+    return and_(holds, or_(col(Agent.last_seen_at) < cutoff, col(Agent.last_seen_at).is_(None)))
 
 
 def flag_condition(flag: AgentFlag, *, now: datetime, stale_seconds: float) -> ColumnElement[bool]:

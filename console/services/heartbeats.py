@@ -13,11 +13,11 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import bindparam, exists, select, update
+from sqlalchemy import bindparam, update
 from sqlmodel import Session
 
 from console.core.clock import utcnow
-from console.models import Agent, AgentEvent, AgentPresence, NatsRevocation, table_of
+from console.models import Agent, AgentEvent, NatsRevocation, table_of
 from contracts.messages import Heartbeat, HostMetrics
 
 
@@ -99,20 +99,20 @@ def record_heartbeats(
     _record_changes(session, changes, now)
 
 
-# What a heartbeat rewrites every beat lives in ``agent_presence`` (narrow, one small index);
-# what it rarely changes stays on ``agent`` and is written only when it differs: the guarded
-# statement finds the row and writes nothing in the common case (an UPDATE of the wide row, and
-# of ``version`` and ``cluster_slug``'s indexes, costs several times the presence UPDATE).
-_AGENT_COLUMNS = (
+# The per-heartbeat columns; ``version`` and ``cluster_slug`` are indexed, so they have their
+# own guarded statement below that writes a row only when they changed (an indexed column in an
+# UPDATE's SET costs an index rewrite even when its value is the same).
+_HOT_COLUMNS = (
+    "last_seen_at",
+    "last_heartbeat_at",
     "instance_id",
+    "uptime_seconds",
     "heartbeat_interval_seconds",
     "metrics_interval_seconds",
     "sync_interval_seconds",
     "can_self_update",
     "self_update_blocker",
     "leader",
-    "version",
-    "cluster_slug",
 )
 _PLACEHOLDER = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 
@@ -121,55 +121,56 @@ def _update_heartbeats(session: Session, latest: dict[str, Heartbeat], now: date
     """Two ``executemany`` statements in the driver's own parameter style, their values
     converted once per batch where they are the same for every row (the instant, booleans),
     in primary-key order: at 100,000 agents each heartbeat is its own row, and the ORM's
-    per-row bind processing cost more than SQLite's work (docs/performance.md). A revoked
-    record is written by neither."""
+    per-row bind processing cost more than SQLite's work (docs/performance.md)."""
     if not latest:
         return
     conn = session.connection()
     dialect = conn.dialect
     mark = _PLACEHOLDER.get(dialect.paramstyle)
-    if mark is None:  # a driver style this fast path does not know: the portable statements
+    if mark is None:  # a driver style this fast path does not know: the portable statement
         _update_heartbeats_core(session, latest, now)
         return
-    seen = _bind(table_of(AgentPresence).c.last_seen_at, dialect)(now)
-    flag = _bind(table_of(Agent).c.can_self_update, dialect)
+    cols = table_of(Agent).c
+    seen = _bind(cols.last_seen_at, dialect)(now)
+    flag = _bind(cols.can_self_update, dialect)
     maybe = {True: flag(True), False: flag(False), None: None}
-    presence, fields = [], []
+    hot, indexed = [], []
     for agent_id in sorted(latest):
         hb = latest[agent_id]
         blocker = None
         if not hb.can_self_update and hb.self_update_blocker is not None:
             blocker = hb.self_update_blocker.value
-        presence.append((seen, seen, hb.uptime_seconds, agent_id))
-        values = (
-            hb.instance_id,
-            hb.heartbeat_interval_seconds,
-            hb.metrics_interval_seconds,
-            hb.sync_interval_seconds,
-            maybe[hb.can_self_update],
-            blocker,
-            maybe[hb.leader],
-            hb.version,
-            hb.cluster_slug,
+        hot.append(
+            (
+                seen,
+                seen,
+                hb.instance_id,
+                hb.uptime_seconds,
+                hb.heartbeat_interval_seconds,
+                hb.metrics_interval_seconds,
+                hb.sync_interval_seconds,
+                maybe[hb.can_self_update],
+                blocker,
+                maybe[hb.leader],
+                agent_id,
+            )
         )
-        fields.append((*values, agent_id, *values))
-    presence_sql, agent_sql = _statements(mark, dialect.name == "sqlite")
-    conn.exec_driver_sql(presence_sql, presence)
-    conn.exec_driver_sql(agent_sql, fields)
+        indexed.append((hb.version, hb.cluster_slug, agent_id, hb.version, hb.cluster_slug))
+    hot_sql, indexed_sql = _statements(mark, dialect.name == "sqlite")
+    conn.exec_driver_sql(hot_sql, hot)
+    conn.exec_driver_sql(indexed_sql, indexed)
 
 
 @cache
 def _statements(mark: str, sqlite: bool) -> tuple[str, str]:
     """The two statements' text: only this module's constants go into it (values are bound)."""
+    assignments = ", ".join(f"{c} = {mark}" for c in _HOT_COLUMNS)
     differs = "IS NOT" if sqlite else "IS DISTINCT FROM"
-    assignments = ", ".join(f"{c} = {mark}" for c in _AGENT_COLUMNS)
-    changed = " OR ".join(f"{c} {differs} {mark}" for c in _AGENT_COLUMNS)
+    where = f"WHERE id = {mark} AND revoked_at IS NULL"
     return (
-        f"UPDATE agent_presence SET last_seen_at = {mark}, last_heartbeat_at = {mark}, "  # noqa: S608
-        f"uptime_seconds = {mark} WHERE agent_id = {mark} AND EXISTS (SELECT 1 FROM agent "
-        "WHERE agent.id = agent_presence.agent_id AND agent.revoked_at IS NULL)",
-        f"UPDATE agent SET {assignments} WHERE id = {mark} AND revoked_at IS NULL "  # noqa: S608
-        f"AND ({changed})",
+        f"UPDATE agent SET {assignments} {where}",  # noqa: S608
+        f"UPDATE agent SET version = {mark}, cluster_slug = {mark} {where} "  # noqa: S608
+        f"AND (version {differs} {mark} OR cluster_slug {differs} {mark})",
     )
 
 
@@ -180,46 +181,46 @@ def _bind(column: Any, dialect: Any) -> Callable[[Any], Any]:
 
 
 def _update_heartbeats_core(session: Session, latest: dict[str, Heartbeat], now: datetime) -> None:
-    agent, presence = table_of(Agent), table_of(AgentPresence)
+    table = table_of(Agent)
     rows = [
         {
             "b_id": agent_id,
             "b_seen": now,
+            "b_version": hb.version,
+            "b_instance": hb.instance_id,
             "b_uptime": hb.uptime_seconds,
-            "instance_id": hb.instance_id,
-            "heartbeat_interval_seconds": hb.heartbeat_interval_seconds,
-            "metrics_interval_seconds": hb.metrics_interval_seconds,
-            "sync_interval_seconds": hb.sync_interval_seconds,
-            "can_self_update": hb.can_self_update,
-            "self_update_blocker": None
+            "b_hb": hb.heartbeat_interval_seconds,
+            "b_metrics": hb.metrics_interval_seconds,
+            "b_sync": hb.sync_interval_seconds,
+            "b_self_update": hb.can_self_update,
+            "b_blocker": None
             if hb.can_self_update or hb.self_update_blocker is None
             else hb.self_update_blocker.value,
-            "leader": hb.leader,
-            "version": hb.version,
-            "cluster_slug": hb.cluster_slug,
+            "b_slug": hb.cluster_slug,
+            "b_leader": hb.leader,
         }
         for agent_id, hb in latest.items()
     ]
-    holds = exists(
-        select(agent.c.id).where(agent.c.id == presence.c.agent_id, agent.c.revoked_at.is_(None))
-    )
-    conn = session.connection()
-    conn.execute(
-        update(presence)
-        .where(presence.c.agent_id == bindparam("b_id"), holds)
+    stmt = (
+        update(table)
+        .where(table.c.id == bindparam("b_id"))
+        .where(table.c.revoked_at.is_(None))
         .values(
             last_seen_at=bindparam("b_seen"),
             last_heartbeat_at=bindparam("b_seen"),
+            version=bindparam("b_version"),
+            instance_id=bindparam("b_instance"),
             uptime_seconds=bindparam("b_uptime"),
-        ),
-        rows,
+            heartbeat_interval_seconds=bindparam("b_hb"),
+            metrics_interval_seconds=bindparam("b_metrics"),
+            sync_interval_seconds=bindparam("b_sync"),
+            can_self_update=bindparam("b_self_update"),
+            self_update_blocker=bindparam("b_blocker"),
+            cluster_slug=bindparam("b_slug"),
+            leader=bindparam("b_leader"),
+        )
     )
-    conn.execute(
-        update(agent)
-        .where(agent.c.id == bindparam("b_id"), agent.c.revoked_at.is_(None))
-        .values({c: bindparam(c) for c in _AGENT_COLUMNS}),
-        rows,
-    )
+    session.connection().execute(stmt, rows)
 
 
 def _update_metrics(session: Session, metrics: dict[str, HostMetrics]) -> None:

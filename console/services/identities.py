@@ -30,7 +30,6 @@ from console.services.agent_records import (
     is_online,
     load_agent,
     record_evidence,
-    record_seen,
     revoke_key,
     seen_at,
 )
@@ -187,7 +186,7 @@ def complete_rotation(
     )
     agent.nats_public_key = proof.new_public_key
     agent.credentials_rotated_at = now
-    record_seen(session, agent, now)
+    agent.last_seen_at = now
     session.add(agent)
     rotation.completed_at = now
     rotation.new_public_key = proof.new_public_key
