@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -100,8 +101,19 @@ def offline_delays(
 
 def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
+        command = None
+        if args.switch_interval:
+            # the Console with a shorter GIL switch interval (``sys.setswitchinterval``)
+            command = [
+                sys.executable,
+                "-c",
+                f"import runpy, sys; sys.setswitchinterval({args.switch_interval}); "
+                "sys.argv = ['console', 'serve']; runpy.run_module('console', "
+                "run_name='__main__', alter_sys=True)",
+            ]
         console = ConsoleProcess(
             Path(tmp) / "console",
+            command=command,
             env={
                 "PROXIMA_AGENT_STALE_SECONDS": str(args.stale),
                 "PROXIMA_HEARTBEAT_FLUSH_SECONDS": "0.2",
@@ -119,6 +131,8 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
         try:
             assert console.process is not None
             pid, nats_pid = console.process.pid, nats_server_pid(console)
+            with console.client() as client:  # the same pages, no heartbeats yet
+                quiet = list_latencies(client, args.idle_seconds)
             generator = Generator(console, ids, interval=args.interval, workdir=Path(tmp))
             time.sleep(args.warmup)
             sampler = RssSampler([pid, nats_pid or pid])
@@ -142,6 +156,8 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
         "seeded_s": seeded,
         "rss": max(s[0] for s in sampler.samples),
         "nats_rss": max(s[1] for s in sampler.samples),
+        "idle_p50": statistics.median(quiet) if quiet else 0.0,
+        "idle_p99": pct(quiet, 99) if quiet else 0.0,
         "list_p50": statistics.median(timings),
         "list_p99": pct(timings, 99),
         "requests": len(timings),
@@ -161,6 +177,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=10.0)
     parser.add_argument("--seconds", type=float, default=30.0, help="measured window")
     parser.add_argument("--stop", type=int, default=200, help="agents stopped for offline")
+    parser.add_argument(
+        "--idle-seconds", type=float, default=10.0, help="list pages asked before any heartbeat"
+    )
+    parser.add_argument(
+        "--switch-interval", type=float, default=0.0, help="the Console's GIL switch interval"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     print(
@@ -175,7 +197,9 @@ def main() -> None:
         print(
             f"{size:>7,} agents (seeded in {r['seeded_s']:.0f} s): "
             f"Console RSS max {r['rss'] / MIB:.0f} MiB (goal <= 1024; nats-server "
-            f"{r['nats_rss'] / MIB:.0f} MiB); list p50 {r['list_p50'] * 1000:.1f} ms, p99 "
+            f"{r['nats_rss'] / MIB:.0f} MiB); list without heartbeats p50 "
+            f"{r['idle_p50'] * 1000:.1f} ms, p99 {r['idle_p99'] * 1000:.1f} ms; with them "
+            f"p50 {r['list_p50'] * 1000:.1f} ms, p99 "
             f"{r['list_p99'] * 1000:.1f} ms (goal <= 50 ms, {r['requests']} requests); "
             f"ingest {r['ingested_per_s']:,.0f}/s at {r['cpu_us']:.0f} us CPU each, lag p99 <= "
             f"{r['lag_p99'] * 1000:.0f} ms; offline shown after last heartbeat: "

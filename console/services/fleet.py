@@ -3,6 +3,7 @@ and the versions the fleet runs."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Final
 
@@ -63,6 +64,25 @@ def _environment_is_callers(session: Session, principal: Principal) -> bool:
     return environment is not None and environment.client_id == principal.client_id
 
 
+_ORDER = (col(Agent.agent_type), col(Agent.name), col(Agent.id))
+
+
+def _page(
+    session: Session, matching: SelectOfScalar[str], total: int, *, limit: int, offset: int
+) -> Sequence[str]:
+    """The page's ids in the list's order. Few matches (the capped count did not reach the
+    cap): found the way the count found them (a status index's ranges), then ordered —
+    walking the ordering index instead would read every record of the environment to find,
+    say, the few offline ones (85 ms at 100,000 agents on SQLite). Many: walking the ordering
+    index finds a page's worth after a few rows, where sorting every match would not."""
+    if total <= TOTAL_COUNT_CAP:
+        few = session.exec(matching.limit(TOTAL_COUNT_CAP + 1)).all()
+        if not few:
+            return []
+        matching = select(Agent.id).where(col(Agent.id).in_(few))
+    return session.exec(matching.order_by(*_ORDER).limit(limit).offset(offset)).all()
+
+
 async def list_agents(
     rt: ServiceRuntime,
     principal: Principal,
@@ -100,14 +120,9 @@ async def list_agents(
         counted = matching.with_only_columns(literal(1))  # no table read where an index covers
         capped = counted.limit(TOTAL_COUNT_CAP + 1).subquery()
         total = session.exec(select(func.count()).select_from(capped)).one()
-        ids = matching.order_by(col(Agent.agent_type), col(Agent.name), col(Agent.id))
-        page_ids = session.exec(ids.limit(limit).offset(offset)).all()
+        page_ids = _page(session, matching, total, limit=limit, offset=offset)
         agents = (
-            session.exec(
-                select(Agent)
-                .where(col(Agent.id).in_(page_ids))
-                .order_by(col(Agent.agent_type), col(Agent.name), col(Agent.id))
-            ).all()
+            session.exec(select(Agent).where(col(Agent.id).in_(page_ids)).order_by(*_ORDER)).all()
             if page_ids
             else []
         )
