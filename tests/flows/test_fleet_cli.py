@@ -72,7 +72,19 @@ def test_agents_list_show_json_and_filters(console, swarm):
     assert "agent cli-00002" in shown and agent["id"] in shown and "history" in shown
 
 
-def test_release_dry_run_answers_and_changes_nothing(console):
+# Long enough that starting the CLI (Python, Prefect's imports) on a loaded machine stays inside
+# it: with the suite's 1.5 s the first call could already land past the window.
+RELEASE_QUIET_SECONDS = 8
+
+
+def test_release_dry_run_answers_and_changes_nothing(console_factory, database_url):
+    console = console_factory(
+        database_url=database_url,
+        env={
+            "PROXIMA_IDENTITY_QUIET_SECONDS": str(RELEASE_QUIET_SECONDS),
+            "PROXIMA_AGENT_STALE_SECONDS": str(RELEASE_QUIET_SECONDS),
+        },
+    )
     identity = Identity("quiet-host")
     r = identity.enroll(console, console.install_token())
     assert r.status_code in (200, 201), r.text
@@ -88,7 +100,7 @@ def test_release_dry_run_answers_and_changes_nothing(console):
         r = fleet(console, "agents", "release", agent_id, "--dry-run", "--json")
         return json.loads(r.stdout) if r.returncode == 0 else None
 
-    decision = wait_for(would, timeout=30, interval=0.5, what="quiet window over")
+    decision = wait_for(would, timeout=60, interval=0.5, what="quiet window over")
     assert (decision["outcome"], decision["dry_run"]) == ("would_release", True)
     assert console.agent(agent_id)["released_at"] is None
     assert "dry run: nothing changed" in ok(console, "agents", "release", agent_id, "--dry-run")
