@@ -29,6 +29,7 @@ from prometheus_client import Counter, Histogram
 from console.core.outages import Dependency
 from console.core.settings import ConsoleSettings
 from console.core.stop_signals import stop_requested
+from console.errors import ServiceUnavailableError
 from console.ingest import Ingester
 from console.nats.accounts import AccountLinks
 from console.nats.claims import ClaimsPusher
@@ -48,6 +49,10 @@ INGEST_QUEUE = "proxima-console-ingest"
 FOREIGN = Counter(
     "proxima_messages_wrong_environment_total",
     "Agent messages dropped because the account they arrived in is not the agent's environment",
+)
+UNCHECKED = Counter(
+    "proxima_messages_unchecked_total",
+    "Agent messages not taken because the database was unavailable to check their environment",
 )
 LINK_SECONDS = Histogram(
     "proxima_nats_environment_link_seconds",
@@ -353,7 +358,15 @@ class FleetNats:
                 return
             env = self.index.known(agent_id)
             if env is None:
-                env = (await self.index.of([agent_id])).get(agent_id)
+                try:
+                    env = (await self.index.of([agent_id])).get(agent_id)
+                except ServiceUnavailableError:
+                    # The database is down (its outage is logged once where it is noticed):
+                    # an agent not yet known cannot be checked, so its message is not taken.
+                    # Nothing is lost: a result is acknowledged only after its commit, so the
+                    # agent sends it again; heartbeats come again on their own.
+                    UNCHECKED.inc()
+                    return
             if env != environment_id:
                 FOREIGN.inc()
                 log.warning(
