@@ -1,6 +1,6 @@
 """Engine, sessions and migrations."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -139,12 +139,19 @@ def bind_value(session: Session, column: Any, value: Any) -> Any:
     """``value`` as the driver takes it for ``column`` (a ``datetime`` as SQLite's text, say):
     the type as the dialect has it, as SQLAlchemy binds it (the column's own type alone leaves
     the conversion to the driver, which writes a different text on SQLite)."""
-    dialect = session.connection().dialect
+    process = bind_processor(column, session.connection().dialect)
+    return value if process is None else process(value)
+
+
+def bind_processor(column: Any, dialect: Any) -> Callable[[Any], Any] | None:
+    """The conversion SQLAlchemy applies to ``column``'s values on ``dialect`` (None: the value
+    goes to the driver as it is), looked up once per column and dialect: the one place fixed
+    driver statements get it from."""
     key = (id(column), dialect.name)
     process = _BINDS.get(key, _UNKNOWN)
     if process is _UNKNOWN:
         process = _BINDS[key] = column.type.dialect_impl(dialect).bind_processor(dialect)
-    return value if process is None else process(value)
+    return process  # type: ignore[no-any-return]
 
 
 _BINDS: dict[tuple[int, str], Any] = {}

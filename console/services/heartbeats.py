@@ -17,6 +17,7 @@ from sqlalchemy import bindparam, update
 from sqlmodel import Session
 
 from console.core.clock import utcnow
+from console.core.db import bind_processor
 from console.models import Agent, AgentEvent, NatsRevocation, table_of
 from contracts.messages import Heartbeat, HostMetrics
 
@@ -175,8 +176,9 @@ def _statements(mark: str, sqlite: bool) -> tuple[str, str]:
 
 
 def _bind(column: Any, dialect: Any) -> Callable[[Any], Any]:
-    """The column type's conversion of a Python value into what the driver takes."""
-    process = column.type.bind_processor(dialect)
+    """The column's conversion as SQLAlchemy binds it (``db.bind_processor``): on SQLite an
+    instant is written as the same text the ORM writes, not the driver's own format."""
+    process = bind_processor(column, dialect)
     return process if process is not None else (lambda value: value)
 
 
