@@ -117,10 +117,24 @@ _INSERT_AGENT: Insert = insert(table_of(Agent))
 
 def _check_uses(token: TokenView) -> None:
     if token.max_uses is not None and token.uses >= token.max_uses:
-        raise UnauthorizedError(
-            ErrorReason.INSTALL_TOKEN_EXHAUSTED,
-            f"install token has been used {token.uses} times of {token.max_uses}",
-        )
+        raise _exhausted(token.uses, token.max_uses)
+
+
+def _exhausted(uses: int, max_uses: int) -> UnauthorizedError:
+    return UnauthorizedError(
+        ErrorReason.INSTALL_TOKEN_EXHAUSTED,
+        f"install token has been used {uses} times of {max_uses}",
+    )
+
+
+class TokenUsedUpMeanwhile(Exception):
+    """The token's last use was taken by an enrollment that committed after this one read it.
+    Not a ``ConsoleError``, so the unit rolls back what this enrollment wrote; the caller
+    answers as ``_check_uses`` does."""
+
+    def __init__(self, token: TokenView) -> None:
+        super().__init__(token.id)
+        self.max_uses = token.max_uses or 0
 
 
 def _check_signature(req: EnrollRequest, now: datetime, skew_seconds: float) -> None:
@@ -214,11 +228,16 @@ def enroll(
         conflict = refusal(decision.refusal, existing, held, quiet_seconds, claim)
         record_conflict(session, existing, conflict, now)
         raise conflict
-    count_use(session, token, now)
     if decision.action is EnrollmentAction.CREATE:
-        return _create(session, req, token, now)
-    assert existing is not None and decision.how is not None
-    return _rebind(session, existing, req, token, now, decision.how)
+        outcome = _create(session, req, token, now)
+    else:
+        assert existing is not None and decision.how is not None
+        outcome = _rebind(session, existing, req, token, now, decision.how)
+    # The token's use last: its row is the one every enrollment of the token updates, so its
+    # lock is held only from here to the commit (docs/performance.md).
+    if not count_use(session, token, now):
+        raise TokenUsedUpMeanwhile(token)
+    return outcome
 
 
 def _create(session: Session, req: EnrollRequest, token: TokenView, now: datetime) -> EnrollOutcome:
@@ -342,12 +361,19 @@ async def enroll_agent(
     """Enroll or re-bind; the answer and whether a new record was made. A re-bind that retired
     the record's previous key returns once NATS refuses that key.
 
-    ``guard`` runs first in the same transaction (the rate limits: one commit instead of two)
-    and is kept even when the enrollment is refused. That is sound because ``enroll`` raises
-    its refusals before it writes anything — except the clash it records on purpose — so
-    committing on a ``ConsoleError`` keeps only the guard's counts and that record."""
+    ``guard`` (the rate limits) is kept even when the enrollment is refused. With one writer at
+    a time (SQLite) it runs first in the enrollment's own transaction, saving a commit: that is
+    sound because ``enroll`` raises its refusals before it writes anything — except the clash
+    it records on purpose — so committing on a ``ConsoleError`` keeps only the guard's counts
+    and that record. With concurrent writers (PostgreSQL) it runs in a unit of its own, committed
+    at once: its counters are rows every enrollment of a token and an address updates, and
+    counted inside the enrollment each row's lock was held for the whole enrollment, so
+    concurrent enrollments queued on it (p99 400-500 ms at concurrency 16, docs/performance.md)."""
     settings = rt.settings
     started = time.perf_counter()
+    if guard is not None and not rt.units.serializes_writes:
+        await rt.units.run(guard, write=True, commit_on=(ConsoleError,))
+        guard = None
 
     def work(uow: UnitOfWork) -> EnrollOutcome:
         if guard is not None:
@@ -365,7 +391,10 @@ async def enroll_agent(
 
     # A conflict is kept on the record holding the name, and the guard's counts, even though the
     # request fails.
-    outcome = await rt.units.run(work, write=True, commit_on=(ConsoleError,))
+    try:
+        outcome = await rt.units.run(work, write=True, commit_on=(ConsoleError,))
+    except TokenUsedUpMeanwhile as lost:
+        raise _exhausted(lost.max_uses, lost.max_uses) from None
     agent = outcome.agent
     response = EnrollResponse(
         agent_id=agent.id,

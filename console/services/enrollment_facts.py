@@ -71,9 +71,12 @@ _KEY_TAKEN = DriverStatement(
     "SELECT (SELECT public_key FROM nats_revocation WHERE public_key = ?), "
     "(SELECT id FROM agent WHERE nats_public_key = ?)"
 )
-# A use counted in SQL (``uses + 1``): two enrollments with one token never count one use.
+# A use counted in SQL (``uses + 1``) and only while the token has uses left: two enrollments
+# with one token never count one use, and never pass its limit together (with concurrent
+# writers the second one's UPDATE waits for the first's commit and re-reads the row).
 _COUNT_USE = DriverStatement(
-    "UPDATE install_token SET uses = uses + 1, last_used_at = ? WHERE id = ?"
+    "UPDATE install_token SET uses = uses + 1, last_used_at = ? "
+    "WHERE id = ? AND (max_uses IS NULL OR uses < max_uses) RETURNING uses"
 )
 
 
@@ -110,5 +113,9 @@ def lock_holder(session: Session, facts: Facts, req: EnrollRequest) -> Agent | N
     return existing
 
 
-def count_use(session: Session, token: TokenView, now: datetime) -> None:
-    _COUNT_USE.rows(session, (bind_value(session, _TOKENS.c.last_used_at, now), token.id))
+def count_use(session: Session, token: TokenView, now: datetime) -> bool:
+    """Count one use of the token; False when it has none left (used up by an enrollment that
+    committed since the facts were read: only with concurrent writers)."""
+    return bool(
+        _COUNT_USE.rows(session, (bind_value(session, _TOKENS.c.last_used_at, now), token.id))
+    )

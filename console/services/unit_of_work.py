@@ -94,6 +94,11 @@ class UnitsOfWork:
         )
         self.database = Dependency("database")
 
+    @property
+    def serializes_writes(self) -> bool:
+        """Whether the database takes one writer at a time (SQLite), queued here."""
+        return self._write_lock is not None
+
     def writer(self) -> AbstractContextManager[object]:
         return self._write_lock if self._write_lock is not None else nullcontext()
 

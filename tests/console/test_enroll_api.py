@@ -258,3 +258,30 @@ def test_install_tokens_are_shown_once_and_stored_hashed(console):
     db = console.data_dir / "console.db"
     if db.exists():
         assert raw.encode() not in db.read_bytes()
+
+
+def test_concurrent_enrollments_never_use_a_token_past_its_limit(console):
+    """Each enrollment read the token's uses, checked them, then added one. On PostgreSQL that
+    was safe only by accident: the rate-limit counters, counted inside the enrollment, held a
+    row lock that ran enrollments one at a time. Counted in their own transaction (so that
+    concurrent enrollments stop queueing on them), enrollments running at once all passed a
+    limit of 3 — this test, with the old unconditional ``uses + 1``. The use is now added only
+    while uses are left, as the enrollment's last write; one that loses the last use writes
+    nothing."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    token = console.install_token(max_uses=3)
+    identities = [Identity(name=f"burst-{i}", machine_id=f"m-burst-{i}") for i in range(12)]
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        answers = list(pool.map(lambda ident: ident.enroll(console, token), identities))
+    codes = sorted(r.status_code for r in answers)
+    assert codes == [201] * 3 + [401] * 9, [(r.status_code, r.text[:80]) for r in answers]
+    assert {r.json()["reason"] for r in answers if r.status_code == 401} == {
+        "install_token_exhausted"
+    }
+    with console.client() as c:
+        listed = c.get("/api/v1/fleet/agents", params={"limit": 50}).json()["items"]
+        assert sorted(a["name"] for a in listed if a["name"].startswith("burst-")) == sorted(
+            r.json()["name"] for r in answers if r.status_code == 201
+        )
+        assert [t["uses"] for t in c.get("/api/v1/install-tokens").json() if t["uses"]] == [3]
