@@ -11,6 +11,7 @@ from typing import Any
 
 from agent.httpclient import HttpResponse
 from testkit.nats import NatsServer
+from testkit.net import send_json
 
 
 def answer(status: int, json_body: Any = None, *, text: str | None = None) -> HttpResponse:
@@ -79,12 +80,7 @@ class FakeConsole:
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 status, answer = console._answer(self.path, body)
-                data = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, answer)
 
             def log_message(self, *args: Any) -> None:
                 pass

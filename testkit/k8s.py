@@ -27,6 +27,7 @@ from contracts.slugs import slugify
 from testkit.agents import AgentProcess
 from testkit.console import ConsoleProcess
 from testkit.kube.tls import make_serving_certificate
+from testkit.net import send_json
 from testkit.waiting import wait_for
 
 # Fast leader election for tests: a standby takes over ~2 s after the leader's last renewal.
@@ -320,12 +321,7 @@ class FakeKubelet:
             def do_GET(self) -> None:
                 kubelet.requests += 1
                 status, body = kubelet._respond(self.path, self.headers.get("Authorization"))
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, body)
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -1,3 +1,4 @@
+import json
 import socket
 import threading
 from collections.abc import Callable
@@ -24,3 +25,13 @@ class LoopbackHTTPServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def send_json(handler: BaseHTTPRequestHandler, status: int, body: object) -> None:
+    """Answer ``handler``'s request with ``body`` as JSON (the servers tests stand up)."""
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)

@@ -7,7 +7,6 @@ A real HTTP server on loopback answers as a busy Prefect does, then as a well on
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
@@ -15,7 +14,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 
 from console.prefect_api import RETRY_DELAYS, PrefectApi
-from testkit.net import LoopbackHTTPServer
+from testkit.net import LoopbackHTTPServer, send_json
 
 
 class BusyPrefect:
@@ -50,12 +49,7 @@ class BusyPrefect:
                     status, body = 201, {"id": "run-1"}
                 else:
                     status, body = 200, {"state": {"type": "PAUSED", "name": "Suspended"}}
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, body)
 
             def do_GET(self) -> None:
                 self._answer("GET")
