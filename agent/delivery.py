@@ -16,6 +16,7 @@ run than a reply that is sent after the commit (``docs/rollouts.md``, "Delivery 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Protocol
@@ -107,14 +108,9 @@ class ResultDelivery:
                 )
             delay = self.backoff.delay(attempt)
             attempt += 1
-            # ``asyncio.wait``, not ``wait_for``: on Python 3.11 ``wait_for`` swallows a
-            # cancellation that lands as the event is set, and the agent's stop then waited on
-            # this loop for ever.
-            woken = asyncio.ensure_future(self._wake.wait())
-            try:
-                await asyncio.wait({woken}, timeout=delay)
-            finally:
-                woken.cancel()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):  # not wait_for: tests/agent/test_async_waits.py
+                    await self._wake.wait()
             self._wake.set()
 
     async def _send(self, result: CommandResult) -> bool:
