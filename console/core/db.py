@@ -77,7 +77,8 @@ def sessions(engine: Engine) -> Iterator[Session]:
 
 # -- statements in the driver's own terms, for the hottest paths ---------------------------------
 
-_MARKS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
+# A positional placeholder in each driver parameter style these statements run with.
+PLACEHOLDERS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 
 
 class DriverStatement:
@@ -99,7 +100,7 @@ class DriverStatement:
     def _for(self, dialect: Any) -> tuple[str, list[Any]]:
         built = self._built.get(dialect.name)
         if built is None:
-            mark = _MARKS[dialect.paramstyle]
+            mark = PLACEHOLDERS[dialect.paramstyle]
             sql = self.sql if mark == "?" else self.sql.replace("?", mark)
             processors = [
                 c.type.dialect_impl(dialect).result_processor(dialect, None) for c in self.columns

@@ -17,7 +17,7 @@ from sqlalchemy import bindparam, update
 from sqlmodel import Session
 
 from console.core.clock import utcnow
-from console.core.db import bind_processor
+from console.core.db import PLACEHOLDERS, bind_processor
 from console.models import Agent, AgentEvent, NatsRevocation, table_of
 from contracts.messages import Heartbeat, HostMetrics
 
@@ -115,7 +115,6 @@ _HOT_COLUMNS = (
     "self_update_blocker",
     "leader",
 )
-_PLACEHOLDER = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 
 
 def _update_heartbeats(session: Session, latest: dict[str, Heartbeat], now: datetime) -> None:
@@ -127,7 +126,7 @@ def _update_heartbeats(session: Session, latest: dict[str, Heartbeat], now: date
         return
     conn = session.connection()
     dialect = conn.dialect
-    mark = _PLACEHOLDER.get(dialect.paramstyle)
+    mark = PLACEHOLDERS.get(dialect.paramstyle)
     if mark is None:  # a driver style this fast path does not know: the portable statement
         _update_heartbeats_core(session, latest, now)
         return
