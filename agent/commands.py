@@ -1,6 +1,7 @@
 """Commands from the Console: run each at most once, answer with a :class:`CommandResult`.
 
-Handled command ids live in ``<data-dir>/commands.json`` (the last :data:`LEDGER_LIMIT`), so a
+Handled command ids live in ``<data-dir>/commands.json`` and ``commands.journal`` (the last
+:data:`LEDGER_LIMIT`; :class:`CommandLedger` says how the two files share the work), so a
 command sent again — by a retrying flow, or redelivered after a reconnect — is answered with the
 stored result instead of being run twice. The ledger is also the outbox of results: a result
 stays there, never evicted, until the Console acknowledges its commit (``agent.delivery``).
@@ -9,6 +10,7 @@ stays there, never evicted, until the Console acknowledges its commit (``agent.d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ from agent.backend import BackendClient
 from agent.credentials import new_seed, public_key, rotation_proof
 from agent.delivery import ResultDelivery
 from agent.errors import BackendAnswerError, BackendError
-from agent.files import set_aside, write_atomic
+from agent.files import append_durable, set_aside, write_atomic
 from agent.session import NatsSession
 from agent.signals import read_signals
 from agent.state import StateStore
@@ -31,6 +33,7 @@ from contracts.messages import Command, CommandKind, CommandResult, CommandStatu
 from contracts.vocabulary.commands import CommandFailureKind
 
 __all__ = [
+    "JOURNAL_FILE",
     "LEDGER_FILE",
     "CommandDispatcher",
     "CommandLedger",
@@ -38,11 +41,13 @@ __all__ = [
     "Handler",
     "Outcome",
     "ping_handler",
+    "read_ledger",
 ]
 
 log = logging.getLogger(__name__)
 
 LEDGER_FILE = "commands.json"
+JOURNAL_FILE = "commands.journal"
 LEDGER_LIMIT = 256
 _QUEUE_LIMIT = 1024
 
@@ -76,47 +81,104 @@ class LedgerEntry(BaseModel):
 
 
 class LedgerFile(BaseModel):
+    """The snapshot, ``commands.json``."""
+
     agent_id: str
     entries: list[LedgerEntry] = Field(default_factory=list)
 
 
+class JournalHeader(BaseModel):
+    """The first line of ``commands.journal``: whose changes follow."""
+
+    agent_id: str
+
+
+def read_ledger(data_dir: Path) -> tuple[str | None, list[LedgerEntry]]:
+    """What is on disk: the snapshot with the journal's changes replayed over it (an entry's
+    newest line wins, in place). Whose ledger it is (``None`` when there is none) and its
+    entries, oldest first. A torn last journal line (a crash mid-append) is dropped; an
+    unreadable snapshot or journal is set aside and read as empty."""
+    entries: dict[str, LedgerEntry] = {}
+    agent_id = None
+    snapshot = data_dir / LEDGER_FILE
+    raw = _read(snapshot)
+    if raw is not None:
+        try:
+            ledger = LedgerFile.model_validate_json(raw)
+        except ValidationError:
+            log.warning(
+                "command ledger %s is corrupt; moved it to %s", snapshot, set_aside(snapshot)
+            )
+        else:
+            agent_id = ledger.agent_id
+            entries = {e.command_id: e for e in ledger.entries}
+    journal = data_dir / JOURNAL_FILE
+    raw = _read(journal)
+    if not raw:
+        return agent_id, list(entries.values())
+    lines = raw.split(b"\n")
+    if lines[-1]:
+        log.warning("command journal %s ends in a torn line (a crash mid-write); dropped", journal)
+    try:
+        header = JournalHeader.model_validate_json(lines[0])
+        changes = [LedgerEntry.model_validate_json(line) for line in lines[1:-1]]
+    except ValidationError:
+        log.warning("command journal %s is corrupt; moved it to %s", journal, set_aside(journal))
+        return agent_id, list(entries.values())
+    if agent_id not in (None, header.agent_id):
+        log.info("command journal %s belongs to agent %s; ignored", journal, header.agent_id)
+        return agent_id, list(entries.values())
+    for entry in changes:
+        entries[entry.command_id] = entry
+    return header.agent_id, list(entries.values())
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        log.warning("cannot read command ledger %s: %s; starting empty", path, e)
+        return None
+
+
 class CommandLedger:
-    """The bounded, persisted memory of command ids this identity has handled."""
+    """The bounded, persisted memory of command ids this identity has handled.
+
+    On disk it is a snapshot (``commands.json``, the whole ledger, replaced atomically) and a
+    journal (``commands.journal``: one line per change since, each the changed entry whole,
+    appended and ``fdatasync``-ed). A change costs one small append and one sync instead of
+    rewriting up to 256 entries with four syncs; the journal is folded into the snapshot when
+    it reaches the ledger's size and whenever this process stops (:meth:`fold`), so a build
+    that reads only the snapshot — an older one a self_update rolls back to — finds everything
+    a cleanly stopped agent wrote.
+    """
 
     def __init__(self, data_dir: Path, agent_id: str, limit: int = LEDGER_LIMIT) -> None:
         self.path = data_dir / LEDGER_FILE
+        self.journal = data_dir / JOURNAL_FILE
         self.agent_id = agent_id
         self.limit = limit
         self._entries: dict[str, LedgerEntry] = {}
-        # Each entry's JSON, kept until the entry changes: a write joins them (the file is the
-        # same bytes ``LedgerFile.model_dump_json`` gives) instead of dumping 256 entries again.
-        self._json: dict[str, bytes] = {}
+        self._journal_lines = 0
+        self._header = JournalHeader(agent_id=agent_id).model_dump_json().encode() + b"\n"
 
     def load(self, *, keep_open: frozenset[str] = frozenset()) -> None:
         """Read the ledger; commands cut short by a restart are recorded as failed, except those
         in ``keep_open`` (a ``self_update`` carried across exec, concluded by the new build)."""
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
+        owner, entries = read_ledger(self.path.parent)
+        if owner is None:
             return
-        except OSError as e:
-            log.warning("cannot read command ledger %s: %s; starting empty", self.path, e)
+        if owner != self.agent_id:
+            log.info("command ledger %s belongs to agent %s; starting empty", self.path, owner)
+            self._write_snapshot()
             return
-        try:
-            ledger = LedgerFile.model_validate_json(raw)
-        except ValidationError:
-            aside = set_aside(self.path)
-            log.warning("command ledger %s is corrupt; moved it to %s", self.path, aside)
-            return
-        if ledger.agent_id != self.agent_id:
-            log.info(
-                "command ledger %s belongs to agent %s; starting empty", self.path, ledger.agent_id
-            )
-            return
-        interrupted = False
-        for entry in ledger.entries:
+        self._entries = {e.command_id: e for e in entries}
+        self._trim()
+        self._write_snapshot()  # the journal replayed is folded: the next change starts it anew
+        for entry in entries:
             if entry.result is None and entry.command_id not in keep_open:
-                interrupted = True
                 entry.result = CommandResult(
                     command_id=entry.command_id,
                     agent_id=self.agent_id,
@@ -126,39 +188,49 @@ class CommandLedger:
                     error="the agent restarted while the command was running",
                     failure_kind=CommandFailureKind.INTERRUPTED,
                 )
-            self._entries[entry.command_id] = entry
-        if interrupted:
-            self._save()
+                self._record(entry)
 
-    def _save(self) -> None:
+    def fold(self) -> None:
+        """Write the journal's changes into the snapshot and start the journal empty."""
+        if self._journal_lines:
+            self._write_snapshot()
+
+    def _write_snapshot(self) -> None:
+        self._trim()
+        entries = b",".join(e.model_dump_json().encode() for e in self._entries.values())
+        empty = LedgerFile(agent_id=self.agent_id).model_dump_json().encode()  # {..."entries":[]}
+        write_atomic(self.path, empty[:-2] + entries + empty[-2:])
+        # After the snapshot: a crash in between replays changes the snapshot holds already,
+        # which is harmless (each line is its entry whole).
+        with contextlib.suppress(FileNotFoundError):
+            self.journal.unlink()
+        self._journal_lines = 0
+
+    def _trim(self) -> None:
         # The oldest settled entries go first; a result still owed to the Console never does.
         extra = len(self._entries) - self.limit
         if extra > 0:  # usually one: found from the front, not by listing all 256 entries
             settled = (c for c, e in self._entries.items() if e.result is not None and e.delivered)
             for command_id in list(islice(settled, extra)):
                 del self._entries[command_id]
-                self._json.pop(command_id, None)
-        write_atomic(self.path, self._content())
 
-    def _content(self) -> bytes:
-        parts = []
-        for command_id, entry in self._entries.items():
-            dumped = self._json.get(command_id)
-            if dumped is None:
-                dumped = self._json[command_id] = entry.model_dump_json().encode()
-            parts.append(dumped)
-        empty = LedgerFile(agent_id=self.agent_id).model_dump_json().encode()  # {..."entries":[]}
-        return empty[:-2] + b",".join(parts) + empty[-2:]
+    def _record(self, entry: LedgerEntry) -> None:
+        if self._journal_lines >= self.limit:
+            self._write_snapshot()
+            return
+        append_durable(self.journal, entry.model_dump_json().encode() + b"\n", first=self._header)
+        self._journal_lines += 1
+        self._trim()
 
     def get(self, command_id: str) -> LedgerEntry | None:
         return self._entries.get(command_id)
 
     def begin(self, command: Command) -> None:
-        self._entries[command.command_id] = LedgerEntry(
+        entry = LedgerEntry(
             command_id=command.command_id, kind=command.kind, received_at=datetime.now(UTC)
         )
-        self._json.pop(command.command_id, None)
-        self._save()
+        self._entries[command.command_id] = entry
+        self._record(entry)
 
     def finish(self, result: CommandResult) -> None:
         entry = self._entries.get(result.command_id)
@@ -169,15 +241,13 @@ class CommandLedger:
             )
             self._entries[result.command_id] = entry
         entry.result = result
-        self._json.pop(result.command_id, None)
-        self._save()
+        self._record(entry)
 
     def mark_delivered(self, command_id: str) -> None:
         entry = self._entries.get(command_id)
         if entry is not None and not entry.delivered:
             entry.delivered = True
-            self._json.pop(command_id, None)
-            self._save()
+            self._record(entry)
 
     def undelivered(self) -> list[CommandResult]:
         return [e.result for e in self._entries.values() if e.result and not e.delivered]

@@ -1,6 +1,6 @@
 """Command results, delivered at least once: kept until the Console acknowledges the commit.
 
-The outbox is the command ledger (``commands.json``, written atomically, mode 0600): a finished
+The outbox is the command ledger (``commands.json`` and its journal, mode 0600): a finished
 command whose entry is not ``delivered`` is a result still owed. Each is sent as a NATS request
 on ``proxima.agent.<id>.result``; the Console answers with a
 :class:`~contracts.messages.ResultAck` only after the result's transaction has committed. Until

@@ -1,6 +1,8 @@
 """Durable small files: write to a temp file in the same directory, fsync, rename, fsync dir.
 
 A crash at any point leaves either the old content or the new one, never a torn file.
+:func:`append_durable` is the cheaper kind for journals: one append and one ``fdatasync``; a
+crash can tear only the last line, which readers of a journal drop.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["ensure_private_dir", "set_aside", "write_atomic"]
+__all__ = ["append_durable", "ensure_private_dir", "set_aside", "write_atomic"]
+
+
+_datasync = getattr(os, "fdatasync", os.fsync)  # fsync where there is no fdatasync (macOS)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -57,6 +62,27 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o600, exclusive: bool 
             tmp.unlink()
         raise
     _fsync_dir(directory)
+
+
+def append_durable(path: Path, data: bytes, *, first: bytes = b"", mode: int = 0o600) -> None:
+    """Append ``data`` to ``path`` and ``fdatasync`` it before returning. A missing file is
+    created (``mode``) starting with ``first``, and its directory synced: the new name is
+    durable too."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        created = False
+    except FileNotFoundError:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, mode)
+        created = True
+    try:
+        view = memoryview(first + data if created else data)
+        while view:
+            view = view[os.write(fd, view) :]
+        _datasync(fd)
+    finally:
+        os.close(fd)
+    if created:
+        _fsync_dir(path.parent)
 
 
 def ensure_private_dir(path: Path) -> None:

@@ -203,6 +203,7 @@ class AgentRuntime:
         else:
             self._open_ledger(state)
             if self.exec_request is not None:
+                self._fold_ledger()
                 self._release_lock()
                 return
         use_host_procfs(s.host_proc)
@@ -430,6 +431,15 @@ class AgentRuntime:
             "uptime_seconds": round(time.monotonic() - self.started, 3),
         }
 
+    def _fold_ledger(self) -> None:
+        """Leave the ledger as one snapshot, the form every build reads (an older one included,
+        should this stop be a self_update handing over or rolling back)."""
+        if self.ledger is not None:
+            try:
+                self.ledger.fold()
+            except OSError as e:
+                log.warning("cannot fold the command journal into %s: %s", self.ledger.path, e)
+
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -440,6 +450,7 @@ class AgentRuntime:
             await self._backend.aclose()
         if self.health is not None:
             await self.health.close()
+        self._fold_ledger()
         self._release_lock()
         log.info(
             "proxima-agent stopped" if self.exec_request is None else "proxima-agent handing over"

@@ -15,12 +15,12 @@ Goal (issue 14): <= 300 us p50, <= 2 ms p99. Both ends are the product's own cod
   ``ResultDelivery`` (the result is a request answered after the Console's commit).
 
 Each command is sent once the previous one's acknowledgement has left the Console, so every
-round trip starts from an idle agent. Included: the agent's two ledger writes before the result
-goes out (each ``write_atomic``: an fsync of the file and one of its directory; every command
+round trip starts from an idle agent. Included: the agent's two ledger changes before the result
+goes out (each a line appended to the ledger's journal and ``fdatasync``-ed; every command
 kind, ``ping`` too: at most once across restarts, result kept until acknowledged);
 ``--ledger memory`` skips them in the agent process to show the rest. Not included: the
 result's database write and its acknowledgement (``bench.result_ack`` measures that: a batch
-commit), and the ledger's third write once acknowledged (after the round trip).
+commit), and the ledger's third change once acknowledged (after the round trip).
 
 Every wait has a timeout, and a watchdog thread ends the run (thread stacks printed, child
 processes killed) if the whole run passes ``--deadline`` seconds: it never hangs silently.
@@ -166,6 +166,7 @@ async def _measure(data_dir: Path, agent: dict[str, str], args: argparse.Namespa
             str(data_dir.parent / "agent"),
             "--ledger",
             args.ledger,
+            *(["--profile", str(args.profile)] if args.profile else []),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
@@ -176,7 +177,14 @@ async def _measure(data_dir: Path, agent: dict[str, str], args: argparse.Namespa
         line = await asyncio.wait_for(responder.stdout.readline(), 60)
         if line.strip() != b"ready":
             raise RuntimeError(f"the agent process did not start: {line!r}")
-        return await _loop(rt, timed, agent["agent_id"], responder.pid, args.count)
+        if not args.profile:
+            return await _loop(rt, timed, agent["agent_id"], responder.pid, args.count)
+        import cProfile
+
+        with cProfile.Profile() as profile:
+            measured = await _loop(rt, timed, agent["agent_id"], responder.pid, args.count)
+        profile.dump_stats(args.profile / "console.prof")
+        return measured
     finally:
         if responder is not None:
             await _end(responder)
@@ -268,7 +276,7 @@ async def _respond(nats_url: str, data_dir: Path, durable: bool) -> None:
     ledger = CommandLedger(data_dir, agent_id)
     ledger.load()
     if not durable:  # --ledger memory: the same entries, never written (splits the figure)
-        ledger._save = lambda: None  # type: ignore[method-assign]
+        ledger._record = lambda entry: None  # type: ignore[method-assign]
     started = time.monotonic()
     dispatcher: CommandDispatcher | None = None
 
@@ -338,11 +346,26 @@ def main() -> None:
         help="durable: the agent's ledger as it is (written and fsync'd before the command runs "
         "and before its result goes out); memory: those writes skipped, to split the figure",
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="write cProfile stats of both ends: DIR/console.prof (the timed loop) and "
+        "DIR/agent.prof (the agent process, start to stop); read with python -m pstats",
+    )
     parser.add_argument("--respond", nargs=2, metavar=("NATS_URL", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.respond:
         _watchdog(args.deadline + 60)
-        asyncio.run(_respond(args.respond[0], Path(args.respond[1]), args.ledger == "durable"))
+        respond = _respond(args.respond[0], Path(args.respond[1]), args.ledger == "durable")
+        if not args.profile:
+            asyncio.run(respond)
+            return
+        import cProfile
+
+        with cProfile.Profile() as profile:
+            asyncio.run(respond)
+        profile.dump_stats(args.profile / "agent.prof")
         return
     timer = _watchdog(args.deadline)
     with tempfile.TemporaryDirectory() as tmp:

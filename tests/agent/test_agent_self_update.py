@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from agent.commands import read_ledger
 from agent.state import AgentState
 from contracts import subjects
 from contracts.messages import CommandFailureKind, CommandResult, CommandStatus, Heartbeat
@@ -205,8 +206,8 @@ async def test_updates_to_the_new_build_reexecs_and_reports_once(
     assert host.program.read_bytes() == builds.new.path.read_bytes()
     assert leftovers(host) == [], "backup, marker and temp files are gone"
     assert artifacts.downloads == [builds.new.path.name], "downloaded once"
-    ledger = json.loads((host.data_dir / "commands.json").read_text())
-    assert [e["command_id"] for e in ledger["entries"]] == ["upd-1", "ping-1"]
+    _, entries = read_ledger(host.data_dir)
+    assert [e.command_id for e in entries] == ["upd-1", "ping-1"]
     versions = console.versions()
     first_new = versions.index("0.9.0")
     assert set(versions[:first_new]) == {"0.8.0"} and set(versions[first_new:]) == {"0.9.0"}, (
