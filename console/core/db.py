@@ -12,6 +12,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session, create_engine
 
 from console.core.files import private_dir, private_file
+from console.core.settings import DATABASE_MAX_OVERFLOW, DATABASE_POOL_SIZE
 
 MIGRATIONS_DIR = Path(__file__).parent.parent / "migrations"
 
@@ -29,14 +30,19 @@ def _ensure_sqlite_dir(url: str) -> None:
                     private_file(Path(path + side))
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(
+    url: str, *, pool_size: int = DATABASE_POOL_SIZE, max_overflow: int = DATABASE_MAX_OVERFLOW
+) -> Engine:
+    """The engine for ``url``. On PostgreSQL ``pool_size`` connections stay open (the Console
+    passes its ``database_pool_size``); SQLite keeps SQLAlchemy's default pool (its
+    connections are cheap to open, and each kept one holds a page cache)."""
     kwargs: dict[str, Any] = {}
     _ensure_sqlite_dir(url)
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
     else:
-        kwargs["pool_size"] = 10
-        kwargs["max_overflow"] = 20
+        kwargs["pool_size"] = pool_size
+        kwargs["max_overflow"] = max_overflow
         kwargs["pool_pre_ping"] = True
     engine = create_engine(url, **kwargs)
     if url.startswith("sqlite"):

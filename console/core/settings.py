@@ -12,6 +12,12 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from fleet_policy.identities import DEFAULT_QUIET_WINDOW_SECONDS, DEFAULT_STALE_AFTER_SECONDS
 
+# PostgreSQL connections per Console: above the enrollments, API requests and background work
+# that run units of work at once (c=16 enrollments opened a connection for ~30% of them with
+# 10, each a new server process: docs/performance.md, "Connection churn on PostgreSQL").
+DATABASE_POOL_SIZE = 24
+DATABASE_MAX_OVERFLOW = 16
+
 
 def _comma_list(value: Any) -> Any:
     """``a,b`` (or a JSON list) as a list of stripped, non-empty items."""
@@ -43,6 +49,19 @@ class ConsoleSettings(BaseSettings):
         default=None,
         description="SQLAlchemy URL; default sqlite:///<data_dir>/console.db. "
         "PostgreSQL: postgresql+psycopg://user:pass@host/db",
+    )
+    database_pool_size: int = Field(
+        default=DATABASE_POOL_SIZE,
+        ge=1,
+        description="PostgreSQL: connections each Console keeps open. A unit of work beyond "
+        "them opens an overflow connection and closes it afterwards (a new server process on "
+        "PostgreSQL each time); keep it above the requests and background work running at once.",
+    )
+    database_max_overflow: int = Field(
+        default=DATABASE_MAX_OVERFLOW,
+        ge=0,
+        description="PostgreSQL: connections opened beyond database_pool_size at a peak, closed "
+        "when returned. Each Console may hold pool size + overflow connections.",
     )
     host: str = Field(default="127.0.0.1", description="Address the HTTP API binds to.")
     port: int = Field(default=8700, description="Port the HTTP API binds to.")

@@ -70,7 +70,11 @@ class ConsoleRuntime:
     def __init__(self, settings: ConsoleSettings) -> None:
         self.settings = settings
         self.database_url = settings.resolved_database_url()
-        self.engine: Engine = make_engine(self.database_url)
+        self.engine: Engine = make_engine(
+            self.database_url,
+            pool_size=settings.database_pool_size,
+            max_overflow=settings.database_max_overflow,
+        )
         self.units = UnitsOfWork(
             self.engine, serialize_writes=self.database_url.startswith("sqlite")
         )
