@@ -121,10 +121,24 @@ def read_ledger(data_dir: Path) -> tuple[str | None, list[LedgerEntry]]:
         log.warning("command journal %s ends in a torn line (a crash mid-write); dropped", journal)
     try:
         header = JournalHeader.model_validate_json(lines[0])
-        changes = [LedgerEntry.model_validate_json(line) for line in lines[1:-1]]
     except ValidationError:
         log.warning("command journal %s is corrupt; moved it to %s", journal, set_aside(journal))
         return agent_id, list(entries.values())
+    changes = []
+    for n, line in enumerate(lines[1:-1], start=2):
+        try:
+            changes.append(LedgerEntry.model_validate_json(line))
+        except ValidationError:
+            aside = set_aside(journal)
+            log.warning(
+                "command journal %s is corrupt at line %d; the %d changes before it are kept, "
+                "the file moved to %s",
+                journal,
+                n,
+                len(changes),
+                aside,
+            )
+            break
     if agent_id not in (None, header.agent_id):
         log.info("command journal %s belongs to agent %s; ignored", journal, header.agent_id)
         return agent_id, list(entries.values())
@@ -230,7 +244,13 @@ class CommandLedger:
             command_id=command.command_id, kind=command.kind, received_at=datetime.now(UTC)
         )
         self._entries[command.command_id] = entry
-        self._record(entry)
+        try:
+            self._record(entry)
+        except OSError:
+            # Not durable, so not begun: the command is not run, and when it comes again it
+            # is taken as new rather than ignored as running.
+            del self._entries[command.command_id]
+            raise
 
     def finish(self, result: CommandResult) -> None:
         entry = self._entries.get(result.command_id)

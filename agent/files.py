@@ -67,7 +67,8 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o600, exclusive: bool 
 def append_durable(path: Path, data: bytes, *, first: bytes = b"", mode: int = 0o600) -> None:
     """Append ``data`` to ``path`` and ``fdatasync`` it before returning. A missing file is
     created (``mode``) starting with ``first``, and its directory synced: the new name is
-    durable too."""
+    durable too. An append that fails (a full disk) is cut back off, so the next one does not
+    follow half a line."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         created = False
@@ -75,10 +76,16 @@ def append_durable(path: Path, data: bytes, *, first: bytes = b"", mode: int = 0
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, mode)
         created = True
     try:
-        view = memoryview(first + data if created else data)
-        while view:
-            view = view[os.write(fd, view) :]
-        _datasync(fd)
+        size = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(first + data if created else data)
+            while view:
+                view = view[os.write(fd, view) :]
+            _datasync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
     finally:
         os.close(fd)
     if created:

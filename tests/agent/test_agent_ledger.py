@@ -8,6 +8,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from agent.commands import CommandLedger, LedgerFile, read_ledger
 from contracts.messages import Command, CommandKind, CommandResult, CommandStatus
 
@@ -102,10 +104,37 @@ def test_an_interrupted_command_is_recorded_failed_and_a_corrupt_journal_set_asi
     again.fold()
     again.begin(_command(2))
     again.journal.write_bytes(again.journal.read_bytes() + b"not json\n")
+    again.begin(_command(3))
     third = CommandLedger(tmp_path, "agent-1")
     third.load()
-    assert list(third._entries) == ["cmd-1"], "the journal is unreadable: the snapshot stands"
+    assert list(third._entries) == ["cmd-1", "cmd-2"], "the changes before the bad line stand"
+    assert third.get("cmd-2").result.status is CommandStatus.FAILED  # interrupted
     assert len(list(tmp_path.glob("commands.journal.corrupt-*"))) == 1
+
+
+def test_a_failed_append_leaves_no_half_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    ledger = CommandLedger(tmp_path, "agent-1")
+    ledger.begin(_command(1))
+    before = ledger.journal.read_bytes()
+    real_write = os.write
+
+    def disk_full(fd: int, data: bytes) -> int:
+        real_write(fd, bytes(data[:10]))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", disk_full)
+    with pytest.raises(OSError):
+        ledger.begin(_command(2))
+    monkeypatch.undo()
+    assert ledger.journal.read_bytes() == before
+    assert ledger.get("cmd-2") is None, "not begun: taken as new when it comes again"
+    ledger.begin(_command(3))
+    _, entries = read_ledger(tmp_path)
+    assert [e.command_id for e in entries] == ["cmd-1", "cmd-3"]
 
 
 def test_another_identitys_ledger_is_not_read(tmp_path: Path) -> None:
