@@ -1,7 +1,7 @@
 """Heartbeat ingest: the Console's CPU time per heartbeat, its throughput and lag.
 
     .venv/bin/python -m bench.heartbeats [--agents 20000] [--rate 4000] [--seconds 20]
-        [--profile hb.prof] [--top 25]
+        [--database sqlite|postgres] [--profile hb.prof] [--top 25]
 
 Goal (issue 14): <= 25 us of Console CPU per heartbeat (>= 40,000/s per core), p99 lag
 <= 500 ms. The agents are seeded rows and their heartbeats come from a separate generator
@@ -15,6 +15,9 @@ own row's UPDATE (the 100,000-agent case); with few agents, batches coalesce.
 
 Lag is measured by the Console (``sent_at`` in the message → its batch committed), read from
 ``/metrics`` as the histogram bucket under which 99% of the window's heartbeats fall.
+``--database postgres`` runs the Console on a throwaway PostgreSQL cluster (testkit's, as the
+tests' postgres lane: ``fsync=off``); the database's writes are then another process's CPU,
+which is printed beside the Console's (the server and all its backends, exited ones included).
 ``--profile`` runs the Console under ``bench.profiled_console`` (cProfile, every thread, CPU
 time): read its figures as shares, profiling slows the Console ~3x.
 """
@@ -22,12 +25,15 @@ time): read its figures as shares, profiling slows the Console ~3x.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
+import os
 import pstats
 import signal
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -46,8 +52,30 @@ INGESTED = "proxima_heartbeats_ingested_total"
 LAG = "proxima_heartbeat_ingest_lag_seconds"
 
 
+def postgres_cpu_seconds(datadir: Path | None) -> float:
+    """CPU of a PostgreSQL server: the postmaster, its children that exited (their time is
+    added to its own once it reaps them) and those alive now. 0 without one."""
+    if datadir is None:
+        return 0.0
+    postmaster = int((datadir / "postmaster.pid").read_text().split()[0])
+    fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = sum(int(f) for f in fields[11:15]) / ticks  # utime, stime, cutime, cstime
+    children = Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split()
+    for child in children:
+        with contextlib.suppress(OSError):  # a backend that exited just now
+            total += pid_cpu_seconds(int(child))
+    return total
+
+
 def measure(
-    console: ConsoleProcess, agents: int, rate: float, seconds: float, warmup: float, tmp: Path
+    console: ConsoleProcess,
+    agents: int,
+    rate: float,
+    seconds: float,
+    warmup: float,
+    tmp: Path,
+    pg_datadir: Path | None = None,
 ) -> dict[str, float]:
     ids = seed_agents(console, agents)
     console.start(timeout=300)
@@ -58,9 +86,11 @@ def measure(
         time.sleep(warmup)
         before = httpx.get(f"{console.url}/metrics").text
         cpu0, nats0, sent0 = pid_cpu_seconds(pid), nats_cpu(nats_pid), generator.sent
+        pg0 = postgres_cpu_seconds(pg_datadir)
         t0 = time.perf_counter()
         time.sleep(seconds)
         cpu1, nats1, sent1 = pid_cpu_seconds(pid), nats_cpu(nats_pid), generator.sent
+        pg1 = postgres_cpu_seconds(pg_datadir)
         elapsed = time.perf_counter() - t0
         after = httpx.get(f"{console.url}/metrics").text
     finally:
@@ -75,6 +105,7 @@ def measure(
         "cpu_us": (cpu1 - cpu0) / max(1.0, ingested) * 1e6,
         "cpu_share": (cpu1 - cpu0) / elapsed,
         "nats_us": (nats1 - nats0) / max(1.0, ingested) * 1e6,
+        "pg_us": (pg1 - pg0) / max(1.0, ingested) * 1e6,
         "p99_lag": p99_from_buckets(after, LAG, since=before),
         "mean_lag": lag_sum / max(1.0, lag_count),
         "batches": metric(after, "proxima_heartbeat_flush_seconds_count")
@@ -93,10 +124,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20, help="the measured window")
     parser.add_argument("--warmup", type=float, default=8)
     parser.add_argument("--flush-seconds", default="0.2", help="PROXIMA_HEARTBEAT_FLUSH_SECONDS")
+    parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--profile", type=Path, default=None, help="write cProfile stats here")
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        database_url, pg_datadir = None, None
+        if args.database == "postgres":
+            from testkit.postgres import ThrowawayPostgres
+
+            pg = ThrowawayPostgres()
+            pg.start()
+            stack.callback(pg.stop)
+            database_url, pg_datadir = pg.create_database(), pg.datadir
         command, env = (
             None,
             {
@@ -107,12 +147,16 @@ def main() -> None:
         if args.profile:
             command = [sys.executable, "-m", "bench.profiled_console"]
             env["PROXIMA_PROFILE_OUT"] = str(args.profile.resolve())
-        console = ConsoleProcess(Path(tmp) / "console", command=command, env=env)
+        console = ConsoleProcess(
+            Path(tmp) / "console", database_url=database_url, command=command, env=env
+        )
         console.data_dir.mkdir(parents=True)
         console.bootstrap_info = console.bootstrap()
         console.token = console.bootstrap_info["token"]
         try:
-            r = measure(console, args.agents, args.rate, args.seconds, args.warmup, Path(tmp))
+            r = measure(
+                console, args.agents, args.rate, args.seconds, args.warmup, Path(tmp), pg_datadir
+            )
             if args.profile and console.process is not None:
                 console.process.send_signal(signal.SIGTERM)  # the stats take a while to write
                 console.process.wait(timeout=300)
@@ -120,13 +164,15 @@ def main() -> None:
             console.stop()
     met = r["cpu_us"] <= 25 and r["p99_lag"] <= 0.5
     print(
-        f"heartbeat ingest, {r['agents']:,.0f} agents, SQLite: Console CPU {r['cpu_us']:.1f} us "
+        f"heartbeat ingest, {r['agents']:,.0f} agents, {args.database}: Console CPU "
+        f"{r['cpu_us']:.1f} us "
         f"per heartbeat (goal <= 25 us) = {1e6 / r['cpu_us']:,.0f}/s per core; "
         f"p99 lag <= {r['p99_lag'] * 1000:.0f} ms (goal <= 500 ms), mean "
         f"{r['mean_lag'] * 1000:.0f} ms; {'met' if met else 'NOT met'}\n"
         f"  offered {r['offered']:,.0f}/s, committed {r['ingested']:,.0f}/s in "
         f"{r['batches']:.0f} batches; Console busy {r['cpu_share']:.2f} CPU; nats-server "
         f"{r['nats_us']:.1f} us per heartbeat"
+        + (f"; PostgreSQL server {r['pg_us']:.1f} us per heartbeat" if pg_datadir else "")
     )
     if args.profile:
         for order in ("tottime", "cumulative"):

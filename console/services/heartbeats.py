@@ -126,6 +126,9 @@ def _update_heartbeats(session: Session, latest: dict[str, Heartbeat], now: date
         return
     conn = session.connection()
     dialect = conn.dialect
+    if dialect.name == "postgresql":
+        _update_heartbeats_postgres(conn, latest, now)
+        return
     mark = PLACEHOLDERS.get(dialect.paramstyle)
     if mark is None:  # a driver style this fast path does not know: the portable statement
         _update_heartbeats_core(session, latest, now)
@@ -159,6 +162,54 @@ def _update_heartbeats(session: Session, latest: dict[str, Heartbeat], now: date
     hot_sql, indexed_sql = _statements(mark, dialect.name == "sqlite")
     conn.exec_driver_sql(hot_sql, hot)
     conn.exec_driver_sql(indexed_sql, indexed)
+
+
+# PostgreSQL: the batch as one statement over arrays (``unnest``), not one per row. Every
+# heartbeat moves ``last_seen_at``, which an index holds, so no update here is a HOT one: the
+# row's new version gets an entry in every index whatever else changed, and ``version`` and
+# ``cluster_slug`` (also indexed) are written in the same statement. On SQLite the per-row
+# statements above stay: its driver's ``executemany`` is already one prepared statement in C.
+_POSTGRES_UPDATE = (
+    "UPDATE agent SET last_seen_at = %(seen)s, last_heartbeat_at = %(seen)s, "
+    "instance_id = v.instance_id, uptime_seconds = v.uptime, "
+    "heartbeat_interval_seconds = v.hb, metrics_interval_seconds = v.metrics, "
+    "sync_interval_seconds = v.sync, can_self_update = v.can_update, "
+    "self_update_blocker = v.blocker, leader = v.leader, version = v.version, "
+    "cluster_slug = v.slug "
+    "FROM unnest(%(ids)s::varchar[], %(instances)s::varchar[], %(uptimes)s::float8[], "
+    "%(hbs)s::float8[], %(metrics)s::float8[], %(syncs)s::float8[], %(can)s::bool[], "
+    "%(blockers)s::varchar[], %(leaders)s::bool[], %(versions)s::varchar[], "
+    "%(slugs)s::varchar[]) "
+    "AS v(id, instance_id, uptime, hb, metrics, sync, can_update, blocker, leader, version, slug) "
+    "WHERE agent.id = v.id AND agent.revoked_at IS NULL"
+)
+
+
+def _update_heartbeats_postgres(conn: Any, latest: dict[str, Heartbeat], now: datetime) -> None:
+    ids = sorted(latest)  # primary-key order, as the per-row path: rows locked in one order
+    beats = [latest[agent_id] for agent_id in ids]
+    conn.exec_driver_sql(
+        _POSTGRES_UPDATE,
+        {
+            "seen": now,
+            "ids": ids,
+            "instances": [hb.instance_id for hb in beats],
+            "uptimes": [hb.uptime_seconds for hb in beats],
+            "hbs": [hb.heartbeat_interval_seconds for hb in beats],
+            "metrics": [hb.metrics_interval_seconds for hb in beats],
+            "syncs": [hb.sync_interval_seconds for hb in beats],
+            "can": [hb.can_self_update for hb in beats],
+            "blockers": [
+                None
+                if hb.can_self_update or hb.self_update_blocker is None
+                else hb.self_update_blocker.value
+                for hb in beats
+            ],
+            "leaders": [hb.leader for hb in beats],
+            "versions": [hb.version for hb in beats],
+            "slugs": [hb.cluster_slug for hb in beats],
+        },
+    )
 
 
 @cache
