@@ -233,9 +233,15 @@ def test_a_console_killed_mid_wave_loses_no_result(
     f: Fleet = fleet()
     f.create(_artifact(builds, artifacts))
     f.run_wave(0)
-    # Dispatch answers once the commands are published: the whole wave runs into the fault
-    # (the real agents download from an artifact server and their trial connects to NATS).
+    # Dispatch answers once the commands are in the NATS connection's buffer (no flush: the
+    # resends carry delivery), so the kill waits until the wave's first command has reached a
+    # simulated agent; their results come result_delay (4 s) later, into the fault. (Killed at
+    # once, the buffer could die with the process on a loaded machine: no result was then
+    # produced during the fault, and the resend after the restart delivered the wave.)
+    received = sum(f.swarm.received_by().values())
     f.post("/waves/1/dispatch")
+    wait_for(lambda: sum(f.swarm.received_by().values()) > received, timeout=10,
+             what="the wave's first command at a simulated agent")  # fmt: skip
     killed_at = time.time()
     children = f.console.kill()
     # The embedded nats-server is down with the Console, so the real agents' trials (which
