@@ -12,11 +12,12 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from fleet_policy.identities import DEFAULT_QUIET_WINDOW_SECONDS, DEFAULT_STALE_AFTER_SECONDS
 
-# PostgreSQL connections per Console: above the enrollments, API requests and background work
-# that run units of work at once (c=16 enrollments opened a connection for ~30% of them with
-# 10, each a new server process: docs/performance.md, "Connection churn on PostgreSQL").
-DATABASE_POOL_SIZE = 24
-DATABASE_MAX_OVERFLOW = 16
+# PostgreSQL connections per Console. With 10, c=16 enrollments open an overflow connection (a
+# new server process) for ~30% of them; 24 kept open cost the Console more CPU per enrollment
+# on a quiet machine and helped only on a loaded one (docs/performance.md, "Connection churn
+# on PostgreSQL"): 10 stays the default, both are settings.
+DATABASE_POOL_SIZE = 10
+DATABASE_MAX_OVERFLOW = 20
 
 
 def _comma_list(value: Any) -> Any:
@@ -55,7 +56,7 @@ class ConsoleSettings(BaseSettings):
         ge=1,
         description="PostgreSQL: connections each Console keeps open. A unit of work beyond "
         "them opens an overflow connection and closes it afterwards (a new server process on "
-        "PostgreSQL each time); keep it above the requests and background work running at once.",
+        "PostgreSQL each time).",
     )
     database_max_overflow: int = Field(
         default=DATABASE_MAX_OVERFLOW,
