@@ -116,6 +116,10 @@ class InstallToken(SQLModel, table=True):
     parent_id: str | None = Field(default=None, index=True, max_length=32)
 
 
+# The status index: the fleet list's status ranges name it to SQLite (``services.fleet``).
+ENV_LAST_SEEN = "ix_agent_env_last_seen"
+
+
 class Agent(SQLModel, table=True):
     """One enrolled identity. Unique on (environment, agent_type, name)."""
 
@@ -129,7 +133,7 @@ class Agent(SQLModel, table=True):
         # sign of life, revoked, released),
         # the version filter and the fleet's version list.
         Index(
-            "ix_agent_env_last_seen",
+            ENV_LAST_SEEN,
             "environment_id",
             "last_seen_at",
             "revoked_at",

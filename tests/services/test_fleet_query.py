@@ -106,3 +106,18 @@ async def test_the_total_is_capped_rather_than_counting_a_whole_large_fleet(serv
     assert (exact.total, exact.total_capped) == (5, True)
     few = await fleet.list_agents(services.rt, services.principal, name="many-000")
     assert (few.total, few.total_capped) == (1, False)
+
+
+@pytest.mark.parametrize("status", list(AgentStatus))
+async def test_a_status_page_is_the_same_found_by_its_ranges_or_by_the_ordering_walk(
+    services, monkeypatch, status
+):
+    """Few matches are found by the status's index ranges (offline: "seen before the cutoff"
+    and "never seen", counted and fetched as two), many by walking the ordering index with
+    the ranges' OR: both give the same records in the same order."""
+    await mixed_fleet(services)
+    by_ranges = await fleet.list_agents(services.rt, services.principal, status=status)
+    monkeypatch.setattr(fleet, "TOTAL_COUNT_CAP", 1)
+    by_walk = await fleet.list_agents(services.rt, services.principal, status=status)
+    assert [v.name for v in by_walk.items] == [v.name for v in by_ranges.items]
+    assert by_ranges.total == len(by_ranges.items) and not by_ranges.total_capped
