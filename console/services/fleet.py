@@ -131,9 +131,9 @@ async def list_agents(
     def work(uow: UnitOfWork) -> AgentPage:
         session = uow.session
         now = utcnow()
-        ranges = status_ranges(status, now=now, stale_seconds=stale) if status else [None]
-        parts = [
-            _filtered(
+
+        def query(condition: ColumnElement[bool] | None) -> SelectOfScalar[str]:
+            return _filtered(
                 principal,
                 agent_type=agent_type,
                 status=condition,
@@ -144,11 +144,11 @@ async def list_agents(
                 now=now,
                 stale_seconds=stale,
             )
-            for condition in ranges
-        ]
-        matching = parts[0]
-        if len(parts) > 1:  # the statuses' OR, for walking the ordering index
-            matching = select(Agent.id).where(or_(*(p.whereclause for p in parts)))
+
+        ranges = status_ranges(status, now=now, stale_seconds=stale) if status else []
+        parts = [query(condition) for condition in ranges] or [query(None)]
+        # their OR, for walking the ordering index
+        matching = parts[0] if len(parts) == 1 else query(or_(*ranges))
         if not _environment_is_callers(session, principal):
             return AgentPage(items=[], total=0, limit=limit, offset=offset)
         total = session.exec(_count(parts)).one()
