@@ -136,10 +136,38 @@ def test(pytest_args: list[str]) -> int:
     say("import-linter (layer rules from DESIGN.md)")
     run(BIN / "lint-imports")
     say("pytest")
-    code = run(BIN / "pytest", *pytest_args, env=env, check=False)
+    junit = ROOT / ".cache" / "pytest-results.xml"
+    junit.unlink(missing_ok=True)
+    code = run(BIN / "pytest", f"--junitxml={junit}", *pytest_args, env=env, check=False)
     if code != 0:
+        # Libraries can print pages at interpreter exit (after pytest's own summary), and CI
+        # keeps only the tail: name what failed once more, as the very last lines.
+        for line in failed_tests(junit):
+            print(f"dev.py: {line}", file=sys.stderr)
         print(f"dev.py: tests failed (pytest exit code {code})", file=sys.stderr)
     return code
+
+
+def failed_tests(junit: Path, limit: int = 40) -> list[str]:
+    """One line per failed or errored test in pytest's JUnit XML (its first message line)."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = ET.parse(junit).getroot()
+    except (OSError, ET.ParseError) as exc:
+        return [f"no test report to summarise ({exc})"]
+    lines = []
+    for case in root.iter("testcase"):
+        for kind in ("failure", "error"):
+            bad = case.find(kind)
+            if bad is None:
+                continue
+            message = (bad.get("message") or "").strip().splitlines()
+            where = f"{case.get('classname', '')}::{case.get('name', '')}"
+            lines.append(f"{kind.upper()} {where} - {message[0][:200] if message else ''}")
+    if len(lines) > limit:
+        lines = [*lines[:limit], f"... and {len(lines) - limit} more"]
+    return lines
 
 
 def demo(args: list[str]) -> int:

@@ -36,3 +36,35 @@ def test_proxima_fleet_starts_without_prefect():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"
+
+
+def test_dev_py_names_each_failed_test_from_pytests_report(tmp_path: Path):
+    """CI keeps only the tail of the output, and libraries print pages at interpreter exit
+    after pytest's own summary: ``dev.py test`` names what failed again, as its last lines."""
+    (tmp_path / "test_sample.py").write_text(
+        "import pytest\n"
+        "def test_passes():\n    pass\n"
+        "def test_fails():\n    assert 1 == 2, 'one is not two'\n"
+        "@pytest.fixture\ndef broken():\n    raise RuntimeError('no fixture')\n"
+        "def test_errors(broken):\n    pass\n"
+    )
+    report = tmp_path / "report.xml"
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 1, r.stdout
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import dev  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    lines = dev.failed_tests(report)
+    assert lines == [
+        "FAILURE test_sample::test_fails - AssertionError: one is not two",
+        'ERROR test_sample::test_errors - failed on setup with "RuntimeError: no fixture"',
+    ]
+    assert dev.failed_tests(tmp_path / "missing.xml")[0].startswith("no test report")
