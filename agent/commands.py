@@ -181,6 +181,7 @@ class CommandLedger:
     def load(self, *, keep_open: frozenset[str] = frozenset()) -> None:
         """Read the ledger; commands cut short by a restart are recorded as failed, except those
         in ``keep_open`` (a ``self_update`` carried across exec, concluded by the new build)."""
+        had_journal = self.journal.exists()  # before reading: a corrupt one is set aside
         owner, entries = read_ledger(self.path.parent)
         if owner is None:
             return
@@ -190,7 +191,8 @@ class CommandLedger:
             return
         self._entries = {e.command_id: e for e in entries}
         self._trim()
-        self._write_snapshot()  # the journal replayed is folded: the next change starts it anew
+        if had_journal:  # folded now, so the next change starts it anew; a snapshot alone
+            self._write_snapshot()  # (a clean stop folded it) is already what is on disk
         for entry in entries:
             if entry.result is None and entry.command_id not in keep_open:
                 entry.result = CommandResult(

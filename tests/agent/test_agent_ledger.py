@@ -144,3 +144,26 @@ def test_another_identitys_ledger_is_not_read(tmp_path: Path) -> None:
     mine.load()
     assert list(mine._entries) == []
     assert read_ledger(tmp_path) == ("agent-1", [])
+
+
+def test_a_start_after_a_clean_stop_reads_the_snapshot_without_rewriting_it(tmp_path: Path) -> None:
+    ledger = CommandLedger(tmp_path, "agent-1")
+    command = _command(1)
+    ledger.begin(command)
+    ledger.finish(_result(command, 1))
+    ledger.fold()  # a clean stop
+    snapshot = tmp_path / "commands.json"
+    before = snapshot.stat()
+    assert not ledger.journal.exists()
+
+    again = CommandLedger(tmp_path, "agent-1")
+    again.load()
+    after = snapshot.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert _in_memory(again) == _in_memory(ledger)
+    # The next change starts a journal of its own, and a later start folds it.
+    again.mark_delivered(command.command_id)
+    assert again.journal.exists()
+    third = CommandLedger(tmp_path, "agent-1")
+    third.load()
+    assert not third.journal.exists() and third.get(command.command_id).delivered
