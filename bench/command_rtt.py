@@ -66,6 +66,7 @@ def _seed_agent(data_dir: Path) -> dict[str, str]:
     from console.models import Agent, new_id
     from console.nats.jwt import agent_jwt
     from console.services.nats_keys import environment_key
+    from testkit.seeding import agent_row
 
     url = f"sqlite:///{data_dir}/console.db"
     data_dir.mkdir(parents=True)
@@ -81,19 +82,14 @@ def _seed_agent(data_dir: Path) -> dict[str, str]:
             conn.execute(
                 insert(Agent),
                 [
-                    {
-                        "id": agent_id,
-                        "client_id": info.client_id,
-                        "environment_id": info.environment_id,
-                        "agent_type": "host",
-                        "name": "rtt-agent",
-                        "nats_public_key": public,
-                        "version": "0.8.0",
-                        "can_self_update": True,
-                        "labels": {},
-                        "enrolled_at": datetime.now(UTC),
-                        "conflict_count": 0,
-                    }
+                    agent_row(
+                        agent_id=agent_id,
+                        client_id=info.client_id,
+                        environment_id=info.environment_id,
+                        name="rtt-agent",
+                        public_key=public,
+                        enrolled_at=datetime.now(UTC),
+                    )
                 ],
             )
         jwt = agent_jwt(

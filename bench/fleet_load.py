@@ -56,6 +56,7 @@ def seed_agents(console: ConsoleProcess, count: int, *, offline_share: float = 0
 
     from console.core.db import make_engine
     from console.models import Agent
+    from testkit.seeding import agent_row
 
     info = console.bootstrap_info
     now = datetime.now(UTC)
@@ -66,24 +67,20 @@ def seed_agents(console: ConsoleProcess, count: int, *, offline_share: float = 0
         with engine.begin() as conn:
             for start in range(0, count, 5000):
                 rows = [
-                    {
-                        "id": ids[i],
-                        "client_id": info["client_id"],
-                        "environment_id": info["environment_id"],
-                        "agent_type": "host",
-                        "name": f"host-{i:06d}",
-                        "nats_public_key": f"U{i:055d}",
-                        "version": "0.8.0",
-                        "can_self_update": True,
-                        "labels": {"rack": f"r{i % 40}"},
-                        "enrolled_at": now,
-                        "last_seen_at": (
+                    agent_row(
+                        agent_id=ids[i],
+                        client_id=info["client_id"],
+                        environment_id=info["environment_id"],
+                        name=f"host-{i:06d}",
+                        public_key=f"U{i:055d}",
+                        enrolled_at=now,
+                        labels={"rack": f"r{i % 40}"},
+                        last_seen_at=(
                             now - timedelta(days=2)
                             if offline_every and i % offline_every == 0
                             else now
                         ),
-                        "conflict_count": 0,
-                    }
+                    )
                     for i in range(start, min(count, start + 5000))
                 ]
                 conn.execute(insert(Agent), rows)

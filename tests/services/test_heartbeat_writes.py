@@ -49,6 +49,7 @@ def test_a_batch_writes_each_heartbeat_to_its_own_row_and_never_a_revoked_one(
     from console.models import Agent, table_of
     from console.services.heartbeats import record_heartbeats
     from contracts.messages import Heartbeat
+    from testkit.seeding import agent_row
 
     migrate(database_url)
     engine = make_engine(database_url)
@@ -61,21 +62,16 @@ def test_a_batch_writes_each_heartbeat_to_its_own_row_and_never_a_revoked_one(
             conn.execute(
                 insert(table_of(Agent)),
                 [
-                    {
-                        "id": agent_id,
-                        "client_id": info.client_id,
-                        "environment_id": info.environment_id,
-                        "agent_type": "host",
-                        "name": f"host-{agent_id}",
-                        "nats_public_key": f"U{i:055d}",
-                        "version": "0.8.0",
-                        "can_self_update": True,
-                        "labels": {},
-                        "enrolled_at": enrolled,
-                        "conflict_count": 0,
-                        "last_seen_at": enrolled,
-                        "revoked_at": enrolled if agent_id == "agent04" else None,
-                    }
+                    agent_row(
+                        agent_id=agent_id,
+                        client_id=info.client_id,
+                        environment_id=info.environment_id,
+                        name=f"host-{agent_id}",
+                        public_key=f"U{i:055d}",
+                        enrolled_at=enrolled,
+                        last_seen_at=enrolled,
+                        revoked_at=enrolled if agent_id == "agent04" else None,
+                    )
                     for i, agent_id in enumerate(ids)
                 ],
             )
