@@ -102,7 +102,35 @@ class ClusterCli:
             args.append("--create-namespace")
         if wait:
             args += ["--wait", "--timeout", "180s"]
-        return self.helm(*args, *values, check=check)
+        try:
+            return self.helm(*args, *values, check=check)
+        except CliError as exc:
+            if not wait:
+                raise
+            raise CliError(f"{exc}\n{self.workload_report(namespace)}") from exc
+
+    def workload_report(self, namespace: str) -> str:
+        """What a ``--wait`` that timed out was waiting for: the namespace's workloads and each
+        pod that is not Ready (phase, node, conditions), for the failure message."""
+        lines = [f"workloads in {namespace}:"]
+        workloads = self.kubectl(
+            "get", "daemonsets,deployments,statefulsets", "-n", namespace, "-o", "wide", check=False
+        )
+        lines.append(workloads.stdout.strip() or workloads.stderr.strip())
+        listing = self.kubectl("get", "pods", "-n", namespace, "-o", "json", check=False)
+        try:
+            pods = json.loads(listing.stdout)["items"]
+        except (ValueError, KeyError):
+            return "\n".join([*lines, f"pods: {listing.stderr.strip()}"])
+        for pod in pods:
+            status = pod.get("status") or {}
+            conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+            if conditions.get("Ready") != "True":
+                lines.append(
+                    f"not Ready: {pod['metadata']['name']} on {pod['spec'].get('nodeName')} "
+                    f"phase={status.get('phase')} conditions={conditions}"
+                )
+        return "\n".join(lines)
 
     def uninstall(self, namespace: str, release: str = RELEASE) -> None:
         self.helm("uninstall", release, "--namespace", namespace, "--wait", "--timeout", "120s")

@@ -51,13 +51,15 @@ from typing import Any
 
 from testkit.agents import AgentProcess
 from testkit.cluster import PROBED_ANNOTATION, KubeCluster
-from testkit.pods import FakeHost, PodSandbox, PodStartError
+from testkit.pods import REQUEST_TIMEOUT, FakeHost, PodSandbox, PodStartError
 from testkit.probes import ProbedContainer
 
 log = logging.getLogger(__name__)
 
 AGENT_COMMAND = ["proxima-agent", "run"]
 BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0
+RETRY_SECONDS = 1.0
+"""After an API call failed while setting a pod up (a timeout, a 5xx): when to try it again."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,8 @@ class _Node:
     queue: queue.Queue[dict[str, Any] | None] = field(default_factory=queue.Queue)
     pods: dict[str, RunningPod] = field(default_factory=dict)
     thread: threading.Thread | None = None
+    retry: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict)
+    """Pod uid -> (when, the pod): set-ups that failed on the API, to try again."""
 
 
 class KubeletDouble:
@@ -219,6 +223,7 @@ class KubeletDouble:
                     resource_version=version,
                     timeout_seconds=2,
                     allow_watch_bookmarks=True,
+                    _request_timeout=REQUEST_TIMEOUT,
                 ):
                     raw = event["raw_object"]
                     version = raw["metadata"].get("resourceVersion") or version
@@ -286,7 +291,13 @@ class KubeletDouble:
                 if item["alive"]:
                     self._ensure_running(node, pod)
                 else:
+                    node.retry.pop(pod["metadata"]["uid"], None)
                     self._stop_pod(node, pod["metadata"]["uid"])
+            now = time.monotonic()
+            for uid, (when, pod) in list(node.retry.items()):
+                if now >= when:
+                    del node.retry[uid]
+                    self._ensure_running(node, pod)
             self._restart_exited(node)
             self._probe(node)
 
@@ -303,6 +314,10 @@ class KubeletDouble:
             with self._lock:
                 self.failures[meta["name"]] = str(exc)
             log.warning("kubelet double: %s/%s cannot start: %s", node.host.name, meta["name"], exc)
+            return
+        except Exception as exc:  # the API failed (a timeout, a 5xx): as the kubelet, try again
+            node.retry[meta["uid"]] = (time.monotonic() + RETRY_SECONDS, pod)
+            log.warning("kubelet double: %s/%s set-up: %s", node.host.name, meta["name"], exc)
             return
         running = RunningPod(meta["uid"], meta["name"], meta["namespace"], agent.start())
         if PROBED_ANNOTATION in (meta.get("annotations") or {}):
@@ -361,11 +376,15 @@ class KubeletDouble:
         body = running.probed.status("127.0.0.2", running.agent.alive)  # kwok's --node-ip
         try:
             core: Any = k8s.CoreV1Api(self._api)
-            core.patch_namespaced_pod_status(running.name, running.namespace, body)
+            core.patch_namespaced_pod_status(
+                running.name, running.namespace, body, _request_timeout=REQUEST_TIMEOUT
+            )
             running.probed.reported = True
         except ApiException as exc:
             if exc.status != 404:
                 log.warning("kubelet double: status of %s: %s", running.name, exc)
+        except Exception as exc:  # a timeout: not reported, so the next probe reports again
+            log.warning("kubelet double: status of %s: %s", running.name, exc)
 
 
 # -- helpers ------------------------------------------------------------------------------

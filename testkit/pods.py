@@ -15,6 +15,9 @@ from typing import Any
 from testkit.agents import AgentProcess, agent_env
 
 SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+REQUEST_TIMEOUT = (5.0, 30.0)
+"""(connect, read) seconds for every API call of the double: the official client waits for ever
+on a stalled connection by default, which would stall a node's pods with it."""
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
@@ -127,11 +130,15 @@ class PodSandbox:
         core: Any = k8s.CoreV1Api(self._api)
         if "secretKeyRef" in source:
             ref = source["secretKeyRef"]
-            secret = core.read_namespaced_secret(ref["name"], ns)
+            secret = core.read_namespaced_secret(ref["name"], ns, _request_timeout=REQUEST_TIMEOUT)
             return _decode((secret.data or {})[ref["key"]])
         if "configMapKeyRef" in source:
             ref = source["configMapKeyRef"]
-            return str(core.read_namespaced_config_map(ref["name"], ns).data[ref["key"]])
+            return str(
+                core.read_namespaced_config_map(
+                    ref["name"], ns, _request_timeout=REQUEST_TIMEOUT
+                ).data[ref["key"]]
+            )
         raise PodStartError(f"env source {sorted(source)} is not supported by the double")
 
     def _volume(
@@ -168,7 +175,9 @@ class PodSandbox:
         import kubernetes.client as k8s
 
         core: Any = k8s.CoreV1Api(self._api)
-        secret = core.read_namespaced_secret(spec["secretName"], pod["metadata"]["namespace"])
+        secret = core.read_namespaced_secret(
+            spec["secretName"], pod["metadata"]["namespace"], _request_timeout=REQUEST_TIMEOUT
+        )
         data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
         return _items(data, spec.get("items"))
 
@@ -178,7 +187,9 @@ class PodSandbox:
         import kubernetes.client as k8s
 
         core: Any = k8s.CoreV1Api(self._api)
-        cm = core.read_namespaced_config_map(spec["name"], pod["metadata"]["namespace"])
+        cm = core.read_namespaced_config_map(
+            spec["name"], pod["metadata"]["namespace"], _request_timeout=REQUEST_TIMEOUT
+        )
         return _items(dict(cm.data or {}), spec.get("items"))
 
     def _projected(self, pod: dict[str, Any], source: dict[str, Any]) -> dict[str, str | bytes]:
@@ -214,7 +225,10 @@ class PodSandbox:
         )
         core: Any = k8s.CoreV1Api(self._api)
         answer = core.create_namespaced_service_account_token(
-            pod["spec"].get("serviceAccountName") or "default", meta["namespace"], request
+            pod["spec"].get("serviceAccountName") or "default",
+            meta["namespace"],
+            request,
+            _request_timeout=REQUEST_TIMEOUT,
         )
         return str(answer.status.token)
 
@@ -222,10 +236,12 @@ class PodSandbox:
         import kubernetes.client as k8s
 
         core: Any = k8s.CoreV1Api(self._api)
-        pvc = core.read_namespaced_persistent_volume_claim(claim, pod["metadata"]["namespace"])
+        pvc = core.read_namespaced_persistent_volume_claim(
+            claim, pod["metadata"]["namespace"], _request_timeout=REQUEST_TIMEOUT
+        )
         if not pvc.spec.volume_name:
             raise PodStartError(f"claim {claim} is not bound")
-        pv = core.read_persistent_volume(pvc.spec.volume_name)
+        pv = core.read_persistent_volume(pvc.spec.volume_name, _request_timeout=REQUEST_TIMEOUT)
         if pv.spec.host_path is None:
             raise PodStartError(f"volume {pv.metadata.name} is not a hostPath volume")
         return _host_path(host, {"path": pv.spec.host_path.path, "type": "DirectoryOrCreate"})
