@@ -126,11 +126,23 @@ class ClusterCli:
             status = pod.get("status") or {}
             conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
             if conditions.get("Ready") != "True":
+                name, node = pod["metadata"]["name"], pod["spec"].get("nodeName")
                 lines.append(
-                    f"not Ready: {pod['metadata']['name']} on {pod['spec'].get('nodeName')} "
-                    f"phase={status.get('phase')} conditions={conditions}"
+                    f"not Ready: {name} on {node} phase={status.get('phase')} "
+                    f"conditions={conditions}"
                 )
+                lines += [f"  kwok: {line}" for line in self._kwok_lines(name, node)]
         return "\n".join(lines)
+
+    def _kwok_lines(self, *words: str | None, last: int = 12) -> list[str]:
+        """kwok's log lines that name the pod or its node (kwok plays every node's kubelet)."""
+        log = self.cluster.workdir / "logs" / "kwok.log"
+        try:
+            text = log.read_text(errors="replace")
+        except OSError:
+            return []
+        wanted = [w for w in words if w]
+        return [line for line in text.splitlines() if any(w in line for w in wanted)][-last:]
 
     def uninstall(self, namespace: str, release: str = RELEASE) -> None:
         self.helm("uninstall", release, "--namespace", namespace, "--wait", "--timeout", "120s")
