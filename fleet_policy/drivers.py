@@ -8,6 +8,12 @@ The rule, in order:
    ``CANCELLED`` (or being cancelled) → ``cancelled``, ``COMPLETED`` → ``ended``;
 4. any other state (scheduled, pending, running, paused) is a live driver.
 
+And one decision the run may still be owed (:func:`resume_owed`): a run **paused** while its
+rollout is **running** waits for a decision the Console already took. An operator's resume that
+lands between the flow reading its rollout halted and the run pausing finds the run not paused
+yet, so only the rollout resumes; the run then pauses and would wait for its whole decision
+timeout (days) with nothing driving the rollout. The Console resumes such a run when it sees it.
+
 Pure: the Console asks Prefect and passes the state type here (``RunState``'s names are
 Prefect's ``StateType`` values, so the Console needs no Prefect import).
 """
@@ -18,7 +24,7 @@ from typing import Final
 
 from contracts.vocabulary.rollouts import DriverLostReason, RolloutState
 
-__all__ = ["LIVE_RUN_STATES", "PAUSED_RUN_STATE", "driver_lost"]
+__all__ = ["LIVE_RUN_STATES", "PAUSED_RUN_STATE", "driver_lost", "resume_owed"]
 
 _TERMINAL: Final = frozenset({RolloutState.SUCCEEDED, RolloutState.FAILED, RolloutState.ABORTED})
 _LOST: Final = {
@@ -40,3 +46,11 @@ def driver_lost(rollout_state: RolloutState, run_state_type: str | None) -> Driv
     if run_state_type is None:
         return DriverLostReason.VANISHED
     return _LOST.get(run_state_type.upper())
+
+
+def resume_owed(rollout_state: RolloutState, run_state_type: str | None) -> bool:
+    """Whether the run waits for a resume already decided: it is paused (or suspended, whose
+    type is ``PAUSED`` too) while its rollout is running."""
+    return rollout_state is RolloutState.RUNNING and (run_state_type or "").upper() == (
+        PAUSED_RUN_STATE
+    )

@@ -3,7 +3,7 @@
 import pytest
 
 from contracts.vocabulary import DriverLostReason, RolloutState
-from fleet_policy.drivers import LIVE_RUN_STATES, driver_lost
+from fleet_policy.drivers import LIVE_RUN_STATES, driver_lost, resume_owed
 
 
 @pytest.mark.parametrize(
@@ -35,3 +35,12 @@ def test_a_live_run_is_a_driver(run):
 @pytest.mark.parametrize("run", ["CRASHED", None, "COMPLETED"])
 def test_a_finished_rollout_needs_no_driver(state, run):
     assert driver_lost(state, run) is None
+
+
+@pytest.mark.parametrize("state", list(RolloutState))
+@pytest.mark.parametrize("run", [*sorted(LIVE_RUN_STATES), "paused", "CRASHED", "COMPLETED", None])
+def test_only_a_run_paused_while_its_rollout_runs_is_owed_a_resume(state, run):
+    """Paused while stalled or paused is waiting for a decision not taken yet; paused while
+    running waits for one the Console already took (a resume that raced the pause)."""
+    owed = state is RolloutState.RUNNING and run in ("PAUSED", "paused")
+    assert resume_owed(state, run) is owed

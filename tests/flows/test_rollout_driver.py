@@ -190,3 +190,66 @@ def test_a_resume_of_a_cancelled_paused_flow_run_is_refused_not_answered_200(
             flow.kill()
             flow.wait()
         swarm.stop()
+
+
+def test_a_resume_that_lands_before_the_run_pauses_is_not_lost(driven_console, monkeypatch):
+    """The flow reads its rollout stalled, then pauses for a decision; a resume in between
+    found the run not paused, resumed only the rollout, and the run then waited paused for a
+    decision already taken, with nothing driving a ``running`` rollout (how
+    ``tests/e2e/test_rollout_e2e.py`` once failed in CI). The flow is held between its read
+    and its pause; the Console's driver check resumes the run once it pauses."""
+    import flows.rollout as rollout_flow
+
+    reached, release = threading.Event(), threading.Event()
+    pause_for_decision = rollout_flow._wait_for_decision
+
+    def late(r, timeout, poll):
+        reached.set()
+        release.wait(timeout=120)  # the operator's resume lands here, before the pause
+        return pause_for_decision(r, timeout, poll)
+
+    monkeypatch.setattr(rollout_flow, "_wait_for_decision", late)
+    answers = iter(["failed", *["succeeded"] * 10])  # the canary fails, the rest succeed
+    lock = threading.Lock()
+
+    def behaviour(name, cmd):
+        with lock:
+            status = next(answers)
+        return status, ("boom" if status == "failed" else None), cmd["args"]["version"]
+
+    swarm = Swarm(driven_console, 3, prefix="raced", behaviour=behaviour).start()
+    outcome: dict = {}
+    try:
+        wait_for(lambda: _get_total_online(driven_console) >= 3, timeout=60, what="online")
+        r = create_rollout(
+            driven_console,
+            "raced-resume",
+            waves={"canary_size": 1, "percentages": [100]},
+            criteria=[{"failure_type": "any", "threshold_count": 1}],
+        )
+        thread = threading.Thread(
+            target=lambda: outcome.update(
+                rollout_flow.fleet_rollout(
+                    rollout_id=r["id"],
+                    poll_seconds=0.2,
+                    decision_timeout_seconds=300,
+                    decision_poll_seconds=1,
+                )
+            ),
+            daemon=True,  # without the fix it would wait out its decision timeout
+        )
+        thread.start()
+        assert reached.wait(timeout=90), "the flow never met the stall"
+        assert _get(driven_console, r["id"])["state"] == "stalled"
+        with driven_console.client() as c:
+            resumed = c.post(f"/api/v1/fleet/rollouts/{r['id']}/resume")
+        assert resumed.status_code == 200, resumed.text
+        assert resumed.json()["state"] == "running"  # the run was not paused: nothing resumed
+        release.set()
+        thread.join(timeout=CHECK_SECONDS * 3 + 60)
+        assert outcome.get("state") == "succeeded", (outcome, _get(driven_console, r["id"]))
+        assert _get(driven_console, r["id"])["counts"]["succeeded"] == 2
+        assert "rollout_driver_resumed" in driven_console.log_path.read_text()
+    finally:
+        release.set()
+        swarm.stop()

@@ -6,7 +6,10 @@ The Console asks Prefect's API for each unfinished rollout's run — on a schedu
 (``driver_lost_*``: the API view, the web page) and written to the audit log, once: the mark is
 a conditional update, so two replicas checking at once mark and log it once. The fix is
 ``restart_driver``: a fresh ``fleet-rollout`` run that continues where the last one stopped
-(dispatch sends nothing twice, see ``dispatch``)."""
+(dispatch sends nothing twice, see ``dispatch``).
+
+The same check resumes a run that waits for a decision already taken (``fleet_policy.drivers.
+resume_owed``: paused while its rollout runs, after a resume that raced the run's pause)."""
 
 from __future__ import annotations
 
@@ -27,9 +30,9 @@ from console.schemas import Scope
 from console.services.rollouts.reads import present
 from console.services.rollouts.records import load, load_for
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
-from contracts.rollouts import RolloutPublic
+from contracts.rollouts import Decision, RolloutPublic
 from contracts.vocabulary import DriverLostReason, ErrorReason, RolloutState
-from fleet_policy.drivers import driver_lost
+from fleet_policy.drivers import driver_lost, resume_owed
 
 __all__ = ["DriverCheck", "check_drivers", "mark_lost", "restart_driver", "run_state"]
 
@@ -104,7 +107,29 @@ async def _check_one(rt: ServiceRuntime, rollout_id: str, state: str, run: str) 
             reason=check.lost.value,
             run_state=found.type if found else None,
         )
+    if found is not None and resume_owed(RolloutState(state), found.type):
+        await _resume_owed(rt.settings.prefect_api_url, rollout_id, run)
     return check
+
+
+async def _resume_owed(api_url: str, rollout_id: str, run: str) -> None:
+    """Resume a run paused while its rollout runs (a resume that raced the run's pause)."""
+    try:
+        answer = await PrefectApi(api_url).resume(run, {"decision": Decision.RESUME.value})
+    except (PrefectApiError, httpx.HTTPError) as exc:
+        log.info("resuming flow run %s of rollout %s: %s; next sweep", run, rollout_id, exc)
+        return
+    if answer.accepted:
+        log.warning(
+            "rollout %s was running but its flow run %s waited paused for a decision: resumed",
+            rollout_id,
+            run,
+        )
+        audit("rollout_driver_resumed", rollout_id=rollout_id, flow_run_id=run)
+    else:
+        log.info(
+            "Prefect did not resume flow run %s of rollout %s: %s", run, rollout_id, answer.detail
+        )
 
 
 async def check_drivers(rt: ServiceRuntime, rollout_ids: list[str] | None = None) -> list[str]:
