@@ -34,7 +34,14 @@ from contracts.rollouts import Decision, RolloutPublic
 from contracts.vocabulary import DriverLostReason, ErrorReason, RolloutState
 from fleet_policy.drivers import driver_lost, resume_owed
 
-__all__ = ["DriverCheck", "check_drivers", "mark_lost", "restart_driver", "run_state"]
+__all__ = [
+    "DriverCheck",
+    "check_drivers",
+    "mark_lost",
+    "restart_driver",
+    "resume_run",
+    "run_state",
+]
 
 log = logging.getLogger(__name__)
 
@@ -107,29 +114,35 @@ async def _check_one(rt: ServiceRuntime, rollout_id: str, state: str, run: str) 
             reason=check.lost.value,
             run_state=found.type if found else None,
         )
-    if found is not None and resume_owed(RolloutState(state), found.type):
-        await _resume_owed(rt.settings.prefect_api_url, rollout_id, run)
-    return check
-
-
-async def _resume_owed(api_url: str, rollout_id: str, run: str) -> None:
-    """Resume a run paused while its rollout runs (a resume that raced the run's pause)."""
-    try:
-        answer = await PrefectApi(api_url).resume(run, {"decision": Decision.RESUME.value})
-    except (PrefectApiError, httpx.HTTPError) as exc:
-        log.info("resuming flow run %s of rollout %s: %s; next sweep", run, rollout_id, exc)
-        return
-    if answer.accepted:
+    if (
+        found is not None
+        and resume_owed(RolloutState(state), found.type)
+        and await resume_run(rt.settings.prefect_api_url, rollout_id, run, Decision.RESUME)
+    ):
         log.warning(
             "rollout %s was running but its flow run %s waited paused for a decision: resumed",
             rollout_id,
             run,
         )
         audit("rollout_driver_resumed", rollout_id=rollout_id, flow_run_id=run)
-    else:
+    return check
+
+
+async def resume_run(api_url: str | None, rollout_id: str, run: str, decision: Decision) -> bool:
+    """Resume the rollout's paused flow run in Prefect with ``decision``; whether Prefect
+    accepted. Best effort: a refusal or a Prefect that does not answer is logged, and the
+    driver check (and the paused flow's own polling) comes again."""
+    assert api_url
+    try:
+        answer = await PrefectApi(api_url).resume(run, {"decision": decision.value})
+    except Exception:
+        log.info("could not resume flow run %s of rollout %s", run, rollout_id, exc_info=True)
+        return False
+    if not answer.accepted:
         log.info(
             "Prefect did not resume flow run %s of rollout %s: %s", run, rollout_id, answer.detail
         )
+    return answer.accepted
 
 
 async def check_drivers(rt: ServiceRuntime, rollout_ids: list[str] | None = None) -> list[str]:

@@ -14,7 +14,7 @@ from console.errors import ConflictError
 from console.models import Rollout
 from console.prefect_api import PrefectApi, RunState
 from console.schemas import Scope
-from console.services.rollouts.drivers import check_drivers, run_state
+from console.services.rollouts.drivers import check_drivers, resume_run, run_state
 from console.services.rollouts.reads import present
 from console.services.rollouts.records import (
     apply_event,
@@ -98,7 +98,7 @@ async def transition(
         flow_run = rollout.flow_run_id
         if action == "abort" and flow_run and watched:
             uow.after_commit(
-                lambda: _resume_flow(settings.prefect_api_url, flow_run, Decision.ABORT)
+                lambda: resume_run(settings.prefect_api_url, rollout_id, flow_run, Decision.ABORT)
             )
         return present(uow.session, rollout, with_targets=False)
 
@@ -161,11 +161,3 @@ def _apply(
     elif action == "complete":
         if rollout.state != "succeeded":
             apply_event(rollout, RolloutEvent.complete(), now)
-
-
-async def _resume_flow(prefect_api_url: str | None, flow_run: str, decision: Decision) -> None:
-    assert prefect_api_url
-    try:
-        await PrefectApi(prefect_api_url).resume(flow_run, {"decision": decision.value})
-    except Exception:  # the flow also polls the Console's state
-        log.info("could not resume flow run %s in Prefect", flow_run, exc_info=True)
