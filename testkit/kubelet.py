@@ -380,11 +380,9 @@ class KubeletDouble:
                 running.name, running.namespace, body, _request_timeout=REQUEST_TIMEOUT
             )
             running.probed.reported = True
-        except ApiException as exc:
-            if exc.status != 404:
+        except Exception as exc:  # not reported, so the next probe reports again
+            if not (isinstance(exc, ApiException) and exc.status == 404):  # 404: the pod is gone
                 log.warning("kubelet double: status of %s: %s", running.name, exc)
-        except Exception as exc:  # a timeout: not reported, so the next probe reports again
-            log.warning("kubelet double: status of %s: %s", running.name, exc)
 
 
 # -- helpers ------------------------------------------------------------------------------
