@@ -6,7 +6,7 @@ reader raise outside its error tree. The numbers are protocol limits (a newer se
 within them); the Console's settings may only be stricter (``inventory_*`` for chunks).
 
 - :data:`VersionText`: the one version rule (``contracts.vocabulary.versions``, which
-  ``fleet_policy.versions`` parses with), at most 64 characters;
+  ``rollout_policy.versions`` parses with), at most 64 characters;
 - :data:`Identifier`: ids, instance ids, sync ids, nonces: ``[A-Za-z0-9._:-]``, 1 to 128;
 - :func:`text`: free text of at most ``n`` characters, no NUL (PostgreSQL refuses it);
 - :data:`Labels`: an agent's labels (32 pairs of 63 characters, as enrollment accepts);

@@ -1,6 +1,6 @@
 """Rollouts over the Console API: what the operator and the flow send and read back.
 
-The decisions themselves (eligibility, waves, thresholds, states) live in ``fleet_policy``;
+The decisions themselves (eligibility, waves, thresholds, states) live in ``rollout_policy``;
 these are only the wire shapes, shared by the Console's routes and the flows' typed client.
 """
 

@@ -4,7 +4,7 @@ The seed's "Changing hostDataDir on a live cluster is not always safe", automate
 default. See ``docs/hostdatadir-migration.md``. This module holds the flow and its tasks (each
 one I/O step); what they decide lives in the pure :mod:`flows.hostdatadir` modules.
 
-1. **Plan** (pure, :func:`fleet_policy.plan_hostdatadir_migration`): every node the DaemonSet
+1. **Plan** (pure, :func:`rollout_policy.plan_hostdatadir_migration`): every node the DaemonSet
    runs on, the Console records under its name, whether a host agent runs there and whether the
    DaemonSet's pods can read the host identity (read from the live DaemonSet's mounts:
    :mod:`flows.hostdatadir.manifests`). Each node is classed (host agent present / re-bind
@@ -41,7 +41,6 @@ from prefect.cache_policies import NO_CACHE
 
 from contracts.views import AgentView
 from contracts.vocabulary import AgentType, ReleaseOutcome
-from fleet_policy import MigrationPlan, MigrationRow, plan_hostdatadir_migration
 from flows.console_client import ConsoleApiError, ConsoleClient
 from flows.helm import HelmCli, HelmRelease, HelmUpgrader, RenderApply, UpgradeResult
 from flows.hostdatadir.errors import MigrationFailedError, check_apply
@@ -52,6 +51,7 @@ from flows.hostdatadir.reports import plan_description, report
 from flows.hostdatadir.verification import failed_checks, verify_migration
 from flows.kube import KubeTarget, api_client
 from flows.settings import FlowSettings
+from rollout_policy import MigrationPlan, MigrationRow, plan_hostdatadir_migration
 
 __all__ = ["hostdatadir_migration"]
 

@@ -424,7 +424,7 @@ def replace_everywhere(
     patch: Callable[[object, str, object], None],
     original: object,
     replacement: object,
-    packages: tuple[str, ...] = ("console", "fleet_policy", "flows"),
+    packages: tuple[str, ...] = ("console", "rollout_policy", "flows"),
 ) -> list[str]:
     """Swap ``original`` for ``replacement`` wherever a loaded module of ``packages`` holds it
     (its home and every ``from … import`` of it); returns where. ``patch`` is

@@ -23,7 +23,7 @@ from console.models import (
 from console.services.nats_keys import OPERATOR
 from contracts.enrollment import IdentitySignals
 from contracts.vocabulary import AgentStatus, ErrorReason
-from fleet_policy import identities
+from rollout_policy import identities
 
 
 def load_agent(session: Session, agent_id: str, principal: Principal, scope: str) -> Agent:
@@ -41,7 +41,7 @@ def seconds_since_seen(agent: Agent, now: datetime) -> float | None:
 
 
 def is_online(agent: Agent, *, stale_seconds: float, now: datetime) -> bool:
-    """``fleet_policy.identities.is_online`` for a record (the one definition of "online")."""
+    """``rollout_policy.identities.is_online`` for a record (the one definition of "online")."""
     return identities.is_online(
         seconds_since_seen(agent, now),
         stale_after_seconds=stale_seconds,
@@ -51,7 +51,7 @@ def is_online(agent: Agent, *, stale_seconds: float, now: datetime) -> bool:
 
 
 def status(agent: Agent, *, stale_seconds: float, now: datetime) -> AgentStatus:
-    """``fleet_policy.identities.agent_status`` for a record."""
+    """``rollout_policy.identities.agent_status`` for a record."""
     return identities.agent_status(
         seconds_since_seen(agent, now),
         stale_after_seconds=stale_seconds,

@@ -33,7 +33,7 @@ from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.enrollment import Version
 from contracts.rollouts import HOSTED_ARTIFACTS_PATH, ArtifactRef, artifact_url_allowed
 from contracts.vocabulary import ErrorReason
-from fleet_policy import VersionError, parse_version
+from rollout_policy import VersionError, parse_version
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def _ref(artifact: Artifact) -> ArtifactRef:
 
 
 def check_version(version: str) -> str:
-    """The fleet's one version rule (contracts' length bounds, ``fleet_policy``'s syntax)."""
+    """The fleet's one version rule (contracts' length bounds, ``rollout_policy``'s syntax)."""
     try:
         _VERSION.validate_python(version)
         parse_version(version)

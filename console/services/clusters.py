@@ -35,7 +35,7 @@ from contracts.inventory import InventoryProblem, InventorySnapshot
 from contracts.slugs import is_dns_label, slugify
 from contracts.views import ClusterAgentView, ClusterView, ClusterWarningView
 from contracts.vocabulary import ErrorReason
-from fleet_policy.identities import is_online
+from rollout_policy.identities import is_online
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Enrollment and re-bind: the identity rules of the seed, made exact.
 
 An enrollment names (environment, agent_type, name). What happens depends on the record that
-already holds that name; the rules are ``fleet_policy.identities.decide_enrollment`` (one home):
+already holds that name; the rules are ``rollout_policy.identities.decide_enrollment`` (one home):
 here they become HTTP answers — create 201, the same identity again or a re-bind 200 (same id,
 links and history), a refusal 409 with its ``ErrorReason``.
 
@@ -59,8 +59,8 @@ from contracts.enrollment import (
     nats_credentials_message,
 )
 from contracts.vocabulary import ErrorReason
-from fleet_policy import AgentId
-from fleet_policy.identities import (
+from rollout_policy import AgentId
+from rollout_policy.identities import (
     EnrollmentAction,
     EnrollmentClaim,
     HeldRecord,

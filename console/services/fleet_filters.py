@@ -1,8 +1,8 @@
 """The fleet list's status, flags and labels as SQL: the same rules the views apply to one record
-(``fleet_policy.identities`` for status, ``presenters.agent_flags`` for flags), written as
+(``rollout_policy.identities`` for status, ``presenters.agent_flags`` for flags), written as
 conditions a database evaluates, so a page is filtered, counted and cut in the query.
 
-Every instant comes from the rule's owner: ``fleet_policy.identities.online_cutoff`` for online,
+Every instant comes from the rule's owner: ``rollout_policy.identities.online_cutoff`` for online,
 ``rebinding.REBOUND_FLAG_SECONDS`` for the re-bind flag. ``tests/services/test_fleet_query.py``
 checks that each condition selects exactly the records whose computed view says so.
 """
@@ -18,7 +18,7 @@ from sqlmodel import col, select
 from console.models import Agent, AgentEvidence, NatsRevocation
 from console.services.rebinding import REBOUND_FLAG_SECONDS
 from contracts.vocabulary import AgentFlag, AgentStatus
-from fleet_policy.identities import online_cutoff
+from rollout_policy.identities import online_cutoff
 
 __all__ = ["flag_condition", "label_condition", "status_condition", "status_ranges"]
 
@@ -26,7 +26,7 @@ __all__ = ["flag_condition", "label_condition", "status_condition", "status_rang
 def status_condition(
     status: AgentStatus, *, now: datetime, stale_seconds: float
 ) -> ColumnElement[bool]:
-    """``fleet_policy.identities.agent_status`` as a condition: revoked, then released, then
+    """``rollout_policy.identities.agent_status`` as a condition: revoked, then released, then
     online (seen at or after the cutoff) or offline."""
     ranges = status_ranges(status, now=now, stale_seconds=stale_seconds)
     return ranges[0] if len(ranges) == 1 else or_(*ranges)

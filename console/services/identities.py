@@ -39,8 +39,8 @@ from contracts.enrollment import RotationAccepted, RotationProof, rotation_messa
 from contracts.messages import CommandKind
 from contracts.views import AgentView
 from contracts.vocabulary import ErrorReason, ReleaseOutcome
-from fleet_policy import AgentId
-from fleet_policy.identities import HeldRecord, decide_release
+from rollout_policy import AgentId
+from rollout_policy.identities import HeldRecord, decide_release
 
 
 def _held(agent: Agent, now: datetime) -> HeldRecord:
@@ -62,7 +62,7 @@ _REFUSED = {
 def release_identity(
     session: Session, *, agent: Agent, quiet_seconds: float, actor: str, now: datetime | None = None
 ) -> ReleaseOutcome:
-    """Free the record's name (``fleet_policy.identities.decide_release`` decides): clear its
+    """Free the record's name (``rollout_policy.identities.decide_release`` decides): clear its
     NATS identity so the next enrollment re-binds it. Returns ``released`` or
     ``already_released``; a refusal is a 409 with its reason."""
     now = now or utcnow()

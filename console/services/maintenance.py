@@ -61,7 +61,7 @@ class Maintenance:
     rt: ServiceRuntime
     listening_since: Callable[[], datetime | None] = field(default=lambda: _ALWAYS)
     """Since when this replica hears every result (None: not now): timeouts wait on it
-    (``fleet_policy.deliveries``). The runtime passes its own; the default is "always"."""
+    (``rollout_policy.deliveries``). The runtime passes its own; the default is "always"."""
     holder: str = field(default_factory=replica_id)
     _last: dict[str, float] = field(default_factory=dict)
     _resender: Resender | None = None

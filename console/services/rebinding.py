@@ -1,6 +1,6 @@
 """What a re-bind takes away from the machine that held the record before.
 
-A quiet re-bind (``fleet_policy.identities.RebindHow.QUIET_WITH_EVIDENCE``) hands the record to
+A quiet re-bind (``rollout_policy.identities.RebindHow.QUIET_WITH_EVIDENCE``) hands the record to
 another key. Whatever was in flight for the old key ends here, in the same transaction:
 
 - the old key is retired (``agent_records.revoke_key``, reason ``rebound``): NATS refuses it, so

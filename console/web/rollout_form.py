@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from console.web.forms import FieldErrors, Form, Loc, field_by_prefix
 from contracts.rollouts import ArtifactRef, RolloutCreate
 from contracts.vocabulary import FailureType, ThresholdAction
-from fleet_policy.defaults import (
+from rollout_policy.defaults import (
     DEFAULT_CANARY_SIZE,
     DEFAULT_CRITERION,
     DEFAULT_MIN_EXECUTED,
@@ -75,7 +75,7 @@ def _text(number: float | None) -> str:
 
 
 def defaults(runtime: Any) -> dict[str, Any]:
-    """The form as first shown: the one default rollout policy (``fleet_policy.defaults``)."""
+    """The form as first shown: the one default rollout policy (``rollout_policy.defaults``)."""
     return {
         "name": "",
         "source": "hosted",

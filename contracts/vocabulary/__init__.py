@@ -1,5 +1,5 @@
 """The shared vocabulary: every enum another process reads, and the reason codes of every
-error body. Stdlib only, so the pure core (``fleet_policy``) may import it; the pydantic shapes
+error body. Stdlib only, so the pure core (``rollout_policy``) may import it; the pydantic shapes
 in the rest of ``contracts`` are built on it.
 
 - :mod:`~contracts.vocabulary.agents`: agent types, the status and flags the Console computes;

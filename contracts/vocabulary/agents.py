@@ -11,7 +11,7 @@ class AgentType(StrEnum):
 
 class AgentStatus(StrEnum):
     """Computed when read, never stored: ``revoked`` and ``released`` first, then whether the
-    record was seen within the stale timeout (``fleet_policy.identities.is_online``)."""
+    record was seen within the stale timeout (``rollout_policy.identities.is_online``)."""
 
     ONLINE = "online"
     OFFLINE = "offline"

@@ -82,7 +82,7 @@ class ErrorReason(StrEnum):
     NO_SUCH_WAVE = "no_such_wave"
     EMPTY_ARTIFACT = "empty_artifact"
     INVALID_VERSION = "invalid_version"
-    """Not a version by the fleet's one rule (1-64 characters, ``fleet_policy.versions``)."""
+    """Not a version by the fleet's one rule (1-64 characters, ``rollout_policy.versions``)."""
     SIGNING_KEYS_NOT_CONFIGURED = "signing_keys_not_configured"
     """The Console trusts no build-signing key (PROXIMA_SIGNING_PUBLIC_KEYS): it hosts nothing."""
     NOT_AN_AGENT_BUILD = "not_an_agent_build"

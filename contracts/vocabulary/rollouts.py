@@ -1,5 +1,5 @@
 """Rollouts: states, target statuses, failure types, threshold actions, and the numbers of the
-one default rollout policy (``fleet_policy.defaults`` builds the policy objects from them; the
+one default rollout policy (``rollout_policy.defaults`` builds the policy objects from them; the
 API's request shapes default to them)."""
 
 from enum import StrEnum
@@ -7,7 +7,7 @@ from typing import Final
 
 
 class RolloutState(StrEnum):
-    """The rollout state machine's states (``fleet_policy.states`` holds the transitions)."""
+    """The rollout state machine's states (``rollout_policy.states`` holds the transitions)."""
 
     PENDING = "pending"
     RUNNING = "running"
@@ -20,7 +20,7 @@ class RolloutState(StrEnum):
 
 class DriverLostReason(StrEnum):
     """Why a rollout that is not finished has no ``fleet-rollout`` flow run driving it
-    (``fleet_policy.drivers`` decides it from the run's state in Prefect)."""
+    (``rollout_policy.drivers`` decides it from the run's state in Prefect)."""
 
     CRASHED = "crashed"
     """The flow run crashed (its process died, or its infrastructure failed)."""

@@ -1,6 +1,6 @@
 """The one version rule, as text: what every process accepts as an agent version.
 
-``fleet_policy.versions`` parses with it and ``contracts.bounds.VersionText`` validates wire
+``rollout_policy.versions`` parses with it and ``contracts.bounds.VersionText`` validates wire
 fields with it, so an artifact label, a heartbeat and a rollout's target follow the same rule.
 The length bound comes first: a version of 4,301 digits must never reach ``int()``.
 """

@@ -16,9 +16,9 @@ from rich.live import Live
 from contracts.rollouts import CriterionSpec, RolloutCreate, RolloutPublic
 from contracts.vocabulary import ErrorReason
 from contracts.vocabulary.rollouts import FailureType, ThresholdAction
-from fleet_policy import TERMINAL_STATES
 from flows.cli._common import JsonOption, console_client, emit_json, fail, fields, stdout, table
 from flows.console_client import ConsoleClient, RolloutAction
+from rollout_policy import TERMINAL_STATES
 
 app = typer.Typer(help="Rollouts of a new agent version, in self-stopping waves.")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from fleet_policy import MigrationPlan, MigrationRow
 from flows.hostdatadir.manifests import DEFAULT_DATA_DIR
+from rollout_policy import MigrationPlan, MigrationRow
 
 __all__ = ["MigrationBlockedError", "MigrationFailedError", "check_apply"]
 

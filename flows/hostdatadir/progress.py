@@ -12,9 +12,9 @@ from typing import Final
 
 from contracts.views import AgentView
 from contracts.vocabulary import AgentFlag, AgentStatus, AgentType, ErrorReason
-from fleet_policy import AgentId, MigrationRow, NodeClass
-from fleet_policy.identities import REBIND_REFUSALS, is_quiet
 from flows.reasons import parse_reason
+from rollout_policy import AgentId, MigrationRow, NodeClass
+from rollout_policy.identities import REBIND_REFUSALS, is_quiet
 
 __all__ = [
     "RELEASE_CURES",

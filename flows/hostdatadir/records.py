@@ -1,6 +1,6 @@
 """The Console's agent records (``GET /api/v1/fleet/agents`` items, as
 :class:`~contracts.views.AgentView`) turned into the plan's input: one
-:class:`~fleet_policy.MigrationNode` per node."""
+:class:`~rollout_policy.MigrationNode` per node."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Iterable, Sequence
 
 from contracts.views import AgentView
 from contracts.vocabulary import AgentFlag, AgentStatus, AgentType
-from fleet_policy import AgentId, AgentRecord, MigrationNode, NodeName
 from flows.hostdatadir.manifests import ClusterFacts
+from rollout_policy import AgentId, AgentRecord, MigrationNode, NodeName
 
 __all__ = ["by_name", "migration_nodes"]
 

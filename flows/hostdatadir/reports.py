@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from fleet_policy import MigrationPlan
 from flows.hostdatadir.manifests import DEFAULT_DATA_DIR, ClusterFacts
+from rollout_policy import MigrationPlan
 
 __all__ = ["plan_description", "report"]
 

@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 
 from contracts.views import AgentView
 from contracts.vocabulary import AgentFlag, AgentStatus, AgentType
-from fleet_policy import MigrationPlan, MigrationRow
 from flows.hostdatadir.manifests import DEFAULT_DATA_DIR, shared_data_dir
 from flows.hostdatadir.records import by_name
+from rollout_policy import MigrationPlan, MigrationRow
 
 __all__ = ["failed_checks", "verify_migration"]
 

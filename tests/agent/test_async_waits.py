@@ -40,7 +40,7 @@ def _timed_event_waits(path: Path) -> list[str]:
 def test_no_product_code_waits_on_an_event_with_wait_for() -> None:
     found = [
         hit
-        for package in ("agent", "console", "flows", "contracts", "fleet_policy")
+        for package in ("agent", "console", "flows", "contracts", "rollout_policy")
         for path in sorted((ROOT / package).rglob("*.py"))
         for hit in _timed_event_waits(path)
     ]

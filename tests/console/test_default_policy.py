@@ -1,5 +1,5 @@
 """One default rollout policy: the API's request defaults, the web form's first values and the
-stored criteria all read ``fleet_policy.defaults`` (numbers from ``contracts.vocabulary``)."""
+stored criteria all read ``rollout_policy.defaults`` (numbers from ``contracts.vocabulary``)."""
 
 from types import SimpleNamespace
 
@@ -7,7 +7,7 @@ from console.models import Rollout
 from console.services.rollouts.records import threshold_policy
 from console.web import rollout_form
 from contracts.rollouts import RolloutCreate
-from fleet_policy.defaults import (
+from rollout_policy.defaults import (
     DEFAULT_CANARY_SIZE,
     DEFAULT_CRITERION,
     DEFAULT_THRESHOLD_POLICY,

@@ -29,8 +29,8 @@ def test_the_onboarding_gates_have_one_implementation_used_by_the_wizard_and_the
     assert {"api/routes/clusters.py", "web/routes/clusters.py"} <= _calls("cluster_onboarding")
 
 
-def test_online_and_status_have_one_definition_in_fleet_policy():
-    """``fleet_policy.identities`` decides online and status; the Console only feeds it."""
+def test_online_and_status_have_one_definition_in_rollout_policy():
+    """``rollout_policy.identities`` decides online and status; the Console only feeds it."""
     assert {
         "services/agent_records.py",
         "services/clusters.py",
@@ -43,7 +43,8 @@ def test_online_and_status_have_one_definition_in_fleet_policy():
     assert "last_seen_at).total_seconds() <= stale" not in text
     assert "quiet_for <= quiet" not in text
     assert (
-        "from fleet_policy import identities" in (CONSOLE / "services/agent_records.py").read_text()
+        "from rollout_policy import identities"
+        in (CONSOLE / "services/agent_records.py").read_text()
     )
 
 

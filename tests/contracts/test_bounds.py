@@ -25,8 +25,8 @@ from contracts.inventory import (
 )
 from contracts.messages import CommandResult, Heartbeat
 from contracts.rollouts import RolloutCreate
-from fleet_policy.errors import VersionError
-from fleet_policy.versions import parse_version, try_parse_version
+from rollout_policy.errors import VersionError
+from rollout_policy.versions import parse_version, try_parse_version
 
 VERSION_TEXT = TypeAdapter(VersionText)
 VERSIONISH = st.from_regex(

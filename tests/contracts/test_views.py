@@ -23,7 +23,7 @@ from contracts.views import (
     ReleaseDecision,
 )
 from contracts.vocabulary import AgentStatus, ErrorReason, ReleaseOutcome
-from fleet_policy import DEFAULT_QUIET_WINDOW_SECONDS, DEFAULT_STALE_AFTER_SECONDS
+from rollout_policy import DEFAULT_QUIET_WINDOW_SECONDS, DEFAULT_STALE_AFTER_SECONDS
 from testkit.console import Identity
 
 

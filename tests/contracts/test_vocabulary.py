@@ -150,7 +150,7 @@ def test_the_enums_have_one_home() -> None:
     import contracts.messages
     import contracts.rollouts
     import contracts.views
-    import fleet_policy
+    import rollout_policy
 
     # The Console answers with contracts.views, which read the vocabulary's enums.
     assert contracts.views.AgentStatus is AgentStatus
@@ -158,9 +158,9 @@ def test_the_enums_have_one_home() -> None:
     assert contracts.agent_types.AgentType is AgentType
     assert contracts.messages.CommandStatus is CommandStatus
     assert contracts.rollouts.TargetStatus is TargetStatus
-    assert fleet_policy.RolloutState is RolloutState
-    assert fleet_policy.FailureType is FailureType
-    assert fleet_policy.ThresholdAction is ThresholdAction
+    assert rollout_policy.RolloutState is RolloutState
+    assert rollout_policy.FailureType is FailureType
+    assert rollout_policy.ThresholdAction is ThresholdAction
 
 
 def test_the_vocabulary_loads_no_pydantic() -> None:

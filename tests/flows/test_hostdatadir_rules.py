@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from contracts.vocabulary import ErrorReason
-from fleet_policy import (
+from flows.hostdatadir.errors import MigrationBlockedError, check_apply
+from flows.hostdatadir.manifests import DEFAULT_DATA_DIR, ClusterFacts, cluster_facts
+from flows.hostdatadir.progress import NodeProgress, NodeState, Verdict, release_refused
+from flows.hostdatadir.records import migration_nodes
+from flows.hostdatadir.verification import failed_checks, verify_migration
+from rollout_policy import (
     AgentId,
     MigrationPlan,
     MigrationRow,
@@ -18,11 +23,6 @@ from fleet_policy import (
     NodeName,
     plan_hostdatadir_migration,
 )
-from flows.hostdatadir.errors import MigrationBlockedError, check_apply
-from flows.hostdatadir.manifests import DEFAULT_DATA_DIR, ClusterFacts, cluster_facts
-from flows.hostdatadir.progress import NodeProgress, NodeState, Verdict, release_refused
-from flows.hostdatadir.records import migration_nodes
-from flows.hostdatadir.verification import failed_checks, verify_migration
 from testkit.views import agent_view
 
 NEW_DIR = "/var/lib/proxima-node-agent"

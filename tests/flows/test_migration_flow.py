@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from fleet_policy import AgentId, MigrationRow, NodeClass, NodeName
 from flows.helm import HelmCli, HelmRelease
 from flows.hostdatadir.errors import MigrationBlockedError
 from flows.hostdatadir.manifests import data_host_path, readable_host_identity, runs_on
 from flows.hostdatadir.progress import NodeState, judge
 from flows.migration import hostdatadir_migration
+from rollout_policy import AgentId, MigrationRow, NodeClass, NodeName
 from testkit.agents import AgentProcess
 from testkit.console import Identity
 from testkit.kube import KubeApiDouble, objects

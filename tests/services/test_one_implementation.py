@@ -22,8 +22,8 @@ from types import SimpleNamespace
 
 import pytest
 
-import fleet_policy.hostdatadir
-import fleet_policy.identities as identities
+import rollout_policy.hostdatadir
+import rollout_policy.identities as identities
 from console.core.settings import ConsoleSettings
 from console.errors import ConflictError
 from console.services import fleet, published_settings
@@ -34,14 +34,14 @@ from contracts.rollouts import ArtifactRef, RolloutCreate
 from contracts.views import OnboardingStatus
 from contracts.vocabulary import AgentStatus, ErrorReason
 from contracts.vocabulary.identities import ReleaseOutcome
-from fleet_policy.defaults import DEFAULT_CRITERION, DEFAULT_ROLLOUT_POLICY
-from fleet_policy.identities import (
+from rollout_policy.defaults import DEFAULT_CRITERION, DEFAULT_ROLLOUT_POLICY
+from rollout_policy.identities import (
     DEFAULT_QUIET_WINDOW_SECONDS,
     EnrollmentAction,
     EnrollmentDecision,
     ReleaseDecision,
 )
-from fleet_policy.waves import PercentGrowth
+from rollout_policy.waves import PercentGrowth
 from testkit import REPO
 from testkit.services import AgentKey, InProcessConsole, in_process_console, replace_everywhere
 
@@ -72,7 +72,7 @@ async def enrolled(services: InProcessConsole, key: AgentKey | None = None) -> s
     return answer.agent_id
 
 
-# -- the re-bind rule: fleet_policy.identities.decide_enrollment -----------------------------------
+# -- the re-bind rule: rollout_policy.identities.decide_enrollment --------------------------------
 
 
 async def test_enrollment_decides_with_decide_enrollment_and_the_console_quiet_window(
@@ -102,7 +102,7 @@ async def test_enrollment_decides_with_decide_enrollment_and_the_console_quiet_w
 def test_the_migration_plan_refuses_re_binds_with_the_identity_rules(
     monkeypatch: pytest.MonkeyPatch,
 ):
-    """``fleet_policy.hostdatadir`` plans with ``rebind_refusals`` and ``is_quiet``, not a copy;
+    """``rollout_policy.hostdatadir`` plans with ``rebind_refusals`` and ``is_quiet``, not a copy;
     the hostDataDir flow plans with ``plan_hostdatadir_migration`` (read below)."""
     seen: list[str] = []
     real_refusals, real_quiet = identities.rebind_refusals, identities.is_quiet
@@ -117,7 +117,7 @@ def test_the_migration_plan_refuses_re_binds_with_the_identity_rules(
 
     assert replace_everywhere(monkeypatch.setattr, identities.rebind_refusals, refusals)
     assert replace_everywhere(monkeypatch.setattr, identities.is_quiet, quiet)
-    hd = fleet_policy.hostdatadir
+    hd = rollout_policy.hostdatadir
     node = hd.MigrationNode(
         name=hd.NodeName("node-1"),
         records=(
@@ -137,7 +137,7 @@ def test_the_migration_plan_refuses_re_binds_with_the_identity_rules(
     assert "plan_hostdatadir_migration(" in flow
 
 
-# -- the release rule: fleet_policy.identities.decide_release --------------------------------------
+# -- the release rule: rollout_policy.identities.decide_release -----------------------------------
 
 
 @pytest.mark.parametrize("dry_run", [False, True])
@@ -192,7 +192,7 @@ def test_the_flows_ask_the_console_to_release_and_never_judge_quiet_themselves()
     )
 
 
-# -- "online": fleet_policy.identities.is_online ---------------------------------------------------
+# -- "online": rollout_policy.identities.is_online ------------------------------------------------
 
 
 async def test_status_planning_and_rotation_use_is_online(
@@ -202,7 +202,7 @@ async def test_status_planning_and_rotation_use_is_online(
     replace_everywhere(monkeypatch.setattr, identities.is_online, lambda *a, **k: False)
     shown = await fleet.get_agent(services.rt, services.principal, agent_id)
     assert shown.status == AgentStatus.OFFLINE
-    # the fleet list filters in SQL by the same rule's instant: fleet_policy's online_cutoff
+    # the fleet list filters in SQL by the same rule's instant: rollout_policy's online_cutoff
     replace_everywhere(
         monkeypatch.setattr,
         identities.online_cutoff,
@@ -280,7 +280,7 @@ def test_enrollment_check_reads_the_gates_from_the_console():
     )
 
 
-# -- the default rollout policy: fleet_policy.defaults ---------------------------------------------
+# -- the default rollout policy: rollout_policy.defaults ------------------------------------------
 
 ARTIFACT = ArtifactRef(
     version="0.9.0", url="http://artifacts.invalid/a.pyz", sha256="0" * 64, signature="s" * 43

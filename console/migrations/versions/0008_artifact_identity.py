@@ -23,7 +23,7 @@ down_revision: str | None = "0007_web_sessions"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# The rule of fleet_policy/versions.py and contracts (1-64 characters), frozen here.
+# The rule of rollout_policy/versions.py and contracts (1-64 characters), frozen here.
 _VERSION = re.compile(
     r"^v?\d+(?:\.\d+)?(?:\.\d+)?"
     r"(?:-[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?"

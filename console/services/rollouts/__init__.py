@@ -1,6 +1,6 @@
 """Rollouts in the Console: records, idempotent dispatch, results, timeouts, the threshold.
 
-Decisions come from ``fleet_policy``; these modules only store them and enforce them:
+Decisions come from ``rollout_policy``; these modules only store them and enforce them:
 
 - ``planning``: the wave plan and exclusions are decided once, at creation, and stored;
 - ``dispatch``: a command is sent at most once per (rollout, agent) — marked dispatched,

@@ -29,7 +29,7 @@ from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.messages import CommandKind
 from contracts.rollouts import ArtifactRef, DispatchResult
 from contracts.vocabulary import ErrorReason, TargetStatus
-from fleet_policy import (
+from rollout_policy import (
     RolloutState,
 )
 

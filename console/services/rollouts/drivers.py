@@ -2,13 +2,13 @@
 
 The Console asks Prefect's API for each unfinished rollout's run — on a schedule
 (``check_drivers`` from the maintenance sweep) and on every operator decision — and
-``fleet_policy.drivers`` says whether the rollout lost it. A lost driver is marked on the record
+``rollout_policy.drivers`` says whether the rollout lost it. A lost driver is marked on the record
 (``driver_lost_*``: the API view, the web page) and written to the audit log, once: the mark is
 a conditional update, so two replicas checking at once mark and log it once. The fix is
 ``restart_driver``: a fresh ``fleet-rollout`` run that continues where the last one stopped
 (dispatch sends nothing twice, see ``dispatch``).
 
-The same check resumes a run that waits for a decision already taken (``fleet_policy.drivers.
+The same check resumes a run that waits for a decision already taken (``rollout_policy.drivers.
 resume_owed``: paused while its rollout runs, after a resume that raced the run's pause)."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from console.services.rollouts.records import load, load_for
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.rollouts import Decision, RolloutPublic
 from contracts.vocabulary import DriverLostReason, ErrorReason, RolloutState
-from fleet_policy.drivers import driver_lost, resume_owed
+from rollout_policy.drivers import driver_lost, resume_owed
 
 __all__ = [
     "DriverCheck",

@@ -27,10 +27,10 @@ from contracts.rollouts import (
     RolloutPublic,
 )
 from contracts.vocabulary import ErrorReason, RolloutState
-from fleet_policy import (
+from rollout_policy import (
     RolloutEvent,
 )
-from fleet_policy.drivers import PAUSED_RUN_STATE
+from rollout_policy.drivers import PAUSED_RUN_STATE
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from contracts.rollouts import (
     RolloutPublic,
 )
 from contracts.vocabulary import CommandFailureKind, ErrorReason, RolloutState, TargetStatus
-from fleet_policy import (
+from rollout_policy import (
     AgentId,
     AgentSnapshot,
     EnvironmentId,
@@ -40,7 +40,7 @@ from fleet_policy import (
     evaluate_eligibility,
     parse_version_range,
 )
-from fleet_policy.waves import FactorGrowth, PercentGrowth, WavePolicy, plan_waves
+from rollout_policy.waves import FactorGrowth, PercentGrowth, WavePolicy, plan_waves
 
 log = logging.getLogger(__name__)
 

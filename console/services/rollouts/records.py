@@ -16,7 +16,7 @@ from console.errors import ConflictError, NotFoundError
 from console.models import Rollout, RolloutTarget
 from contracts.rollouts import CriterionSpec
 from contracts.vocabulary import ErrorReason, TargetStatus
-from fleet_policy import (
+from rollout_policy import (
     FailureCriterion,
     IllegalTransitionError,
     Outcome,

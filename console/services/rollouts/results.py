@@ -5,7 +5,7 @@ dispatched targets past their deadline become ``timed_out`` (a lost command is n
 Results arrive at least once (the agent retries until acknowledged): recording is idempotent on
 the command id, and each result gets a :class:`~contracts.messages.ResultAck` the ingester
 sends after commit. The rules for late and repeated results, and for when silence counts as a
-timeout, are ``fleet_policy.deliveries``."""
+timeout, are ``rollout_policy.deliveries``."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from console.models import Rollout, RolloutTarget
 from console.services.rollouts.records import _OUTCOME_OF, apply_event, counts, threshold_policy
 from contracts.messages import CommandKind, CommandResult, CommandStatus, ResultAck
 from contracts.vocabulary import ErrorReason, ResultAckOutcome, TargetStatus
-from fleet_policy import (
+from rollout_policy import (
     ResultCounts,
     ResultFate,
     RolloutState,
@@ -106,7 +106,7 @@ def record_results(
     session: Session, results: Iterable[tuple[str, CommandResult]], now: datetime | None = None
 ) -> RecordedResults:
     """Store self_update results (agent id from the subject), idempotent on the command id
-    (``fleet_policy.deliveries``: a duplicate is acknowledged, never applied twice; a late
+    (``rollout_policy.deliveries``: a duplicate is acknowledged, never applied twice; a late
     result replaces ``timed_out``); judge after each."""
     now = now or utcnow()
     halted: list[str] = []
@@ -193,7 +193,7 @@ def expire_overdue(
     grace_seconds: float = 0.0,
 ) -> list[str]:
     """Dispatched targets past their deadline become ``timed_out`` once the Console has been
-    listening for ``grace_seconds`` (``fleet_policy.deliveries.is_overdue``); returns halted
+    listening for ``grace_seconds`` (``rollout_policy.deliveries.is_overdue``); returns halted
     rollouts. ``listening_since`` defaults to "always" (tests of the plain deadline).
 
     Each target moves with a conditional update (still ``dispatched``): a result recorded by

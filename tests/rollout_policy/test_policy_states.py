@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet_policy import (
+from rollout_policy import (
     EVENT_TARGETS,
     LEGAL_EVENTS,
     TERMINAL_STATES,

@@ -5,7 +5,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from contracts.vocabulary import AgentStatus, AgentType, ErrorReason, ReleaseOutcome
-from fleet_policy import (
+from rollout_policy import (
     DEFAULT_QUIET_WINDOW_SECONDS,
     DEFAULT_STALE_AFTER_SECONDS,
     AgentId,

@@ -19,8 +19,8 @@ from contracts.vocabulary.rollouts import (
     DEFAULT_WAVE_PERCENTAGES,
     DEFAULT_WAVE_TIMEOUT_SECONDS,
 )
-from fleet_policy.thresholds import FailureCriterion, ThresholdPolicy
-from fleet_policy.waves import PercentGrowth, WavePolicy
+from rollout_policy.thresholds import FailureCriterion, ThresholdPolicy
+from rollout_policy.waves import PercentGrowth, WavePolicy
 
 __all__ = [
     "DEFAULT_CANARY_SIZE",

@@ -1,11 +1,11 @@
-"""Late and repeated results (fleet_policy.deliveries), as sentences."""
+"""Late and repeated results (rollout_policy.deliveries), as sentences."""
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from contracts.vocabulary import RolloutState, TargetStatus
-from fleet_policy import ResultFate, is_overdue, result_fate
+from rollout_policy import ResultFate, is_overdue, result_fate
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -6,23 +6,23 @@ import subprocess
 import sys
 from pathlib import Path
 
-import fleet_policy
+import rollout_policy
 
-PACKAGE = Path(fleet_policy.__file__).parent
+PACKAGE = Path(rollout_policy.__file__).parent
 
 
 def test_everything_in_all_exists_and_nothing_is_listed_twice() -> None:
-    names = fleet_policy.__all__
+    names = rollout_policy.__all__
     assert names
     assert len(names) == len(set(names))
     for name in names:
-        assert hasattr(fleet_policy, name), name
+        assert hasattr(rollout_policy, name), name
 
 
 def _allowed(module: str) -> bool:
     root = module.split(".")[0]
     return (
-        root == "fleet_policy"
+        root == "rollout_policy"
         or root in sys.stdlib_module_names
         or module == "contracts.vocabulary"
         or module.startswith("contracts.vocabulary.")
@@ -45,7 +45,7 @@ def test_the_package_imports_only_the_standard_library_the_vocabulary_and_itself
 
 
 def test_importing_the_package_loads_no_pydantic_and_only_the_vocabulary_of_contracts() -> None:
-    probe = "import json, sys, fleet_policy; print(json.dumps(sorted(sys.modules)))"
+    probe = "import json, sys, rollout_policy; print(json.dumps(sorted(sys.modules)))"
     loaded = json.loads(
         subprocess.run(
             [sys.executable, "-c", probe], capture_output=True, text=True, check=True
@@ -61,10 +61,10 @@ def test_importing_the_package_loads_no_pydantic_and_only_the_vocabulary_of_cont
 def test_every_exception_ends_in_error() -> None:
     exceptions = [
         name
-        for name in fleet_policy.__all__
-        if isinstance(value := getattr(fleet_policy, name), type)
+        for name in rollout_policy.__all__
+        if isinstance(value := getattr(rollout_policy, name), type)
         and issubclass(value, BaseException)
     ]
-    assert exceptions, "fleet_policy exports no exception"
+    assert exceptions, "rollout_policy exports no exception"
     for name in exceptions:
         assert name.endswith("Error"), name

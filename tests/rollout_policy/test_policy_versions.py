@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleet_policy import (
+from rollout_policy import (
     Version,
     VersionError,
     VersionRangeError,

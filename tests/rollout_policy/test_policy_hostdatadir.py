@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet_policy import (
+from rollout_policy import (
     AgentId,
     AgentRecord,
     MigrationInputError,
@@ -61,7 +61,7 @@ WORKED_EXAMPLE = [
 
 
 def test_the_worked_example_from_the_docs() -> None:
-    """docs/fleet-policy.md, "hostDataDir migration": eight nodes, every class and reason."""
+    """docs/rollout-policy.md, "hostDataDir migration": eight nodes, every class and reason."""
     plan = plan_hostdatadir_migration(reversed(WORKED_EXAMPLE))
     assert [(row.node, row.node_class, row.agent_id, row.reasons) for row in plan.rows] == [
         ("worker-1", NodeClass.HOST_AGENT_PRESENT, None, ()),
@@ -180,7 +180,7 @@ def test_every_node_gets_one_consistent_row(given_nodes: list[MigrationNode]) ->
 
 def test_a_released_record_without_evidence_re_binds_whatever_the_node_shows() -> None:
     """The Console re-binds a released record that holds no evidence on the next enrollment,
-    before any quiet check (fleet_policy.identities.decide_enrollment, rule 4)."""
+    before any quiet check (rollout_policy.identities.decide_enrollment, rule 4)."""
     plan = plan_hostdatadir_migration(
         [
             MigrationNode(

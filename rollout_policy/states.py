@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from contracts.vocabulary.rollouts import RolloutState
-from fleet_policy.errors import IllegalTransitionError
-from fleet_policy.events import EventKind
+from rollout_policy.errors import IllegalTransitionError
+from rollout_policy.events import EventKind
 
 __all__ = [
     "EVENT_TARGETS",

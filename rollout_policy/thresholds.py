@@ -18,8 +18,8 @@ from enum import StrEnum
 from fractions import Fraction
 
 from contracts.vocabulary.rollouts import DEFAULT_MIN_EXECUTED, FailureType, ThresholdAction
-from fleet_policy.errors import ThresholdPolicyError
-from fleet_policy.states import RolloutEvent
+from rollout_policy.errors import ThresholdPolicyError
+from rollout_policy.states import RolloutEvent
 
 
 class Outcome(StrEnum):

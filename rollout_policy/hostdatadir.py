@@ -24,9 +24,9 @@ from enum import StrEnum
 
 from contracts.vocabulary.agents import AgentType
 from contracts.vocabulary.reasons import ErrorReason
-from fleet_policy.errors import MigrationInputError
-from fleet_policy.identities import DEFAULT_QUIET_WINDOW_SECONDS, is_quiet, rebind_refusals
-from fleet_policy.ids import AgentId, NodeName
+from rollout_policy.errors import MigrationInputError
+from rollout_policy.identities import DEFAULT_QUIET_WINDOW_SECONDS, is_quiet, rebind_refusals
+from rollout_policy.ids import AgentId, NodeName
 
 __all__ = [
     "DEFAULT_QUIET_WINDOW_SECONDS",
@@ -202,7 +202,7 @@ def _classify_record(node: MigrationNode, record: AgentRecord, window: float) ->
 
     if record.released and not record.revoked:
         if record.has_identity_evidence and not node.host_identity_readable:
-            # Release frees the key, never the evidence check (fleet_policy.identities, rule 4).
+            # Release frees the key, never the evidence check (rollout_policy.identities, rule 4).
             return _row(
                 node,
                 NodeClass.NEEDS_RELEASE,
@@ -268,7 +268,7 @@ def plan_hostdatadir_migration(
 ) -> MigrationPlan:
     """Classify every node; rows are sorted by node name.
 
-    Raises :class:`~fleet_policy.errors.MigrationInputError` for a node listed twice or with
+    Raises :class:`~rollout_policy.errors.MigrationInputError` for a node listed twice or with
     more than one node-monitor record under its name.
     """
     if quiet_window_seconds < 0:

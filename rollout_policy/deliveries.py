@@ -22,7 +22,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from contracts.vocabulary.rollouts import RolloutState, TargetStatus
-from fleet_policy.states import TERMINAL_STATES
+from rollout_policy.states import TERMINAL_STATES
 
 __all__ = ["DEFAULT_RESULT_GRACE_SECONDS", "ResultFate", "is_overdue", "result_fate"]
 

@@ -1,5 +1,5 @@
-"""The kinds of event that move a rollout between states (``fleet_policy.states`` holds the
-transitions). Apart from the state machine so that ``fleet_policy.errors`` can name them without
+"""The kinds of event that move a rollout between states (``rollout_policy.states`` holds the
+transitions). Apart from the state machine so that ``rollout_policy.errors`` can name them without
 importing it: the errors sit below every other module of the package."""
 
 from enum import StrEnum

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet_policy import (
+from rollout_policy import (
     AgentId,
     DuplicateAgentError,
     FactorGrowth,
@@ -27,7 +27,7 @@ def ids(count: int) -> list[AgentId]:
 @pytest.mark.parametrize(
     ("count", "policy", "sizes"),
     [
-        # docs/fleet-policy.md, "Waves", example 1
+        # docs/rollout-policy.md, "Waves", example 1
         (1000, WavePolicy(canary_size=5, max_wave_size=200), (5, 5, 90, 200, 200, 200, 200, 100)),
         # example 2: the 1 % step is already covered by the canary and is skipped
         (20, WavePolicy(canary_size=1), (1, 1, 8, 10)),

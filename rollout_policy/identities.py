@@ -1,6 +1,6 @@
 """The identity rules: who may enroll under a name, when a record's name may be freed, and
 whether an agent is online. The seed's "Changing hostDataDir on a live cluster" section, made
-exact; the Console enforces them, the flows predict them, :mod:`~fleet_policy.hostdatadir`
+exact; the Console enforces them, the flows predict them, :mod:`~rollout_policy.hostdatadir`
 plans with them.
 
 Times are ages in seconds. ``seconds_since_seen`` is the age of the record's last sign of life:
@@ -41,7 +41,7 @@ from typing import Final
 from contracts.vocabulary.agents import AgentStatus, AgentType
 from contracts.vocabulary.identities import ReleaseOutcome
 from contracts.vocabulary.reasons import ErrorReason
-from fleet_policy.ids import AgentId
+from rollout_policy.ids import AgentId
 
 __all__ = [
     "DEFAULT_QUIET_WINDOW_SECONDS",

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from contracts.vocabulary.rollouts import RolloutState
-    from fleet_policy.events import EventKind
+    from rollout_policy.events import EventKind
 
 
 class RolloutPolicyError(Exception):

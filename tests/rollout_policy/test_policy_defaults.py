@@ -2,7 +2,7 @@
 
 from contracts.rollouts import CriterionSpec, RolloutCreate, WaveSpec
 from contracts.vocabulary import FailureType, ThresholdAction
-from fleet_policy import (
+from rollout_policy import (
     DEFAULT_CRITERION,
     DEFAULT_ROLLOUT_POLICY,
     DEFAULT_THRESHOLD_POLICY,

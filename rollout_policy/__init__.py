@@ -2,34 +2,34 @@
 
 The Console and the flows feed it snapshots and get back plans, decisions and new states:
 
-- :mod:`~fleet_policy.eligibility`: who a rollout is for and who is excluded, with reasons;
-- :mod:`~fleet_policy.waves`: canary and growth waves, deterministic per seed;
-- :mod:`~fleet_policy.deliveries`: late and repeated command results, when silence is a timeout;
-- :mod:`~fleet_policy.thresholds`: IoT-Jobs-style failure criteria and the decision they make;
-- :mod:`~fleet_policy.states`: the rollout state machine;
-- :mod:`~fleet_policy.defaults`: the one default rollout policy;
-- :mod:`~fleet_policy.identities`: enroll / re-bind / release, online, the quiet window;
-- :mod:`~fleet_policy.hostdatadir`: the ``hostDataDir`` migration plan per node;
-- :mod:`~fleet_policy.versions`: semver-ish versions and ranges.
+- :mod:`~rollout_policy.eligibility`: who a rollout is for and who is excluded, with reasons;
+- :mod:`~rollout_policy.waves`: canary and growth waves, deterministic per seed;
+- :mod:`~rollout_policy.deliveries`: late and repeated command results, when silence is a timeout;
+- :mod:`~rollout_policy.thresholds`: IoT-Jobs-style failure criteria and the decision they make;
+- :mod:`~rollout_policy.states`: the rollout state machine;
+- :mod:`~rollout_policy.defaults`: the one default rollout policy;
+- :mod:`~rollout_policy.identities`: enroll / re-bind / release, online, the quiet window;
+- :mod:`~rollout_policy.hostdatadir`: the ``hostDataDir`` migration plan per node;
+- :mod:`~rollout_policy.versions`: semver-ish versions and ranges.
 
-Semantics and worked examples: ``docs/fleet-policy.md``.
+Semantics and worked examples: ``docs/rollout-policy.md``.
 """
 
 from contracts.vocabulary.rollouts import FailureType, ThresholdAction
-from fleet_policy.defaults import (
+from rollout_policy.defaults import (
     DEFAULT_CRITERION,
     DEFAULT_ROLLOUT_POLICY,
     DEFAULT_THRESHOLD_POLICY,
     DEFAULT_WAVE_POLICY,
     RolloutPolicy,
 )
-from fleet_policy.deliveries import (
+from rollout_policy.deliveries import (
     DEFAULT_RESULT_GRACE_SECONDS,
     ResultFate,
     is_overdue,
     result_fate,
 )
-from fleet_policy.eligibility import (
+from rollout_policy.eligibility import (
     CLUSTER_LABEL,
     CONTAINER_AGENT_TYPES,
     AgentSnapshot,
@@ -39,7 +39,7 @@ from fleet_policy.eligibility import (
     Selector,
     evaluate_eligibility,
 )
-from fleet_policy.errors import (
+from rollout_policy.errors import (
     DuplicateAgentError,
     IllegalTransitionError,
     InvalidPolicyError,
@@ -50,7 +50,7 @@ from fleet_policy.errors import (
     VersionRangeError,
     WavePolicyError,
 )
-from fleet_policy.hostdatadir import (
+from rollout_policy.hostdatadir import (
     NODE_MONITOR_TYPE,
     AgentRecord,
     MigrationNode,
@@ -60,7 +60,7 @@ from fleet_policy.hostdatadir import (
     ReleaseReason,
     plan_hostdatadir_migration,
 )
-from fleet_policy.identities import (
+from rollout_policy.identities import (
     DEFAULT_QUIET_WINDOW_SECONDS,
     DEFAULT_STALE_AFTER_SECONDS,
     EnrollmentAction,
@@ -77,8 +77,8 @@ from fleet_policy.identities import (
     is_quiet,
     token_may_enroll,
 )
-from fleet_policy.ids import AgentId, EnvironmentId, NodeName
-from fleet_policy.states import (
+from rollout_policy.ids import AgentId, EnvironmentId, NodeName
+from rollout_policy.states import (
     EVENT_TARGETS,
     LEGAL_EVENTS,
     TERMINAL_STATES,
@@ -89,7 +89,7 @@ from fleet_policy.states import (
     Transition,
     next_state,
 )
-from fleet_policy.thresholds import (
+from rollout_policy.thresholds import (
     FailureCriterion,
     Measure,
     Outcome,
@@ -99,7 +99,7 @@ from fleet_policy.thresholds import (
     Trip,
     evaluate_thresholds,
 )
-from fleet_policy.versions import (
+from rollout_policy.versions import (
     ANY_VERSION,
     Comparison,
     Version,
@@ -109,7 +109,7 @@ from fleet_policy.versions import (
     parse_version_range,
     try_parse_version,
 )
-from fleet_policy.waves import (
+from rollout_policy.waves import (
     FactorGrowth,
     PercentGrowth,
     Wave,

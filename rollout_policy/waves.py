@@ -18,8 +18,8 @@ from enum import StrEnum
 from fractions import Fraction
 
 from contracts.vocabulary.rollouts import DEFAULT_CANARY_SIZE, DEFAULT_WAVE_PERCENTAGES
-from fleet_policy.errors import DuplicateAgentError, WavePolicyError
-from fleet_policy.ids import AgentId
+from rollout_policy.errors import DuplicateAgentError, WavePolicyError
+from rollout_policy.ids import AgentId
 
 
 def _exact(number: float) -> Fraction:
@@ -175,7 +175,7 @@ def wave_sizes(eligible_count: int, policy: WavePolicy) -> tuple[int, ...]:
 def plan_waves(eligible: Iterable[AgentId], policy: WavePolicy, seed: int | str) -> WavePlan:
     """Place every eligible agent in exactly one wave; the canary is wave 0.
 
-    Raises :class:`~fleet_policy.errors.DuplicateAgentError` if an id is given twice.
+    Raises :class:`~rollout_policy.errors.DuplicateAgentError` if an id is given twice.
     """
     ordered = sorted(eligible)
     for previous, current in itertools.pairwise(ordered):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from contracts.vocabulary.versions import MAX_VERSION_LENGTH, VERSION_PATTERN
-from fleet_policy.errors import VersionError, VersionRangeError
+from rollout_policy.errors import VersionError, VersionRangeError
 
 _VERSION = re.compile(VERSION_PATTERN)
 

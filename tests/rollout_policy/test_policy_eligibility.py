@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleet_policy import (
+from rollout_policy import (
     AgentId,
     AgentSnapshot,
     DuplicateAgentError,
@@ -36,7 +36,7 @@ def agent(agent_id: str, **overrides: object) -> AgentSnapshot:
 
 
 def test_the_worked_example_from_the_docs() -> None:
-    """The fleet in docs/fleet-policy.md, "Eligibility", rolled to 0.9.0."""
+    """The fleet in docs/rollout-policy.md, "Eligibility", rolled to 0.9.0."""
     fleet = [
         agent("h-01"),
         agent("h-02"),

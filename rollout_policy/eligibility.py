@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from fleet_policy.errors import DuplicateAgentError
-from fleet_policy.ids import AgentId, EnvironmentId
-from fleet_policy.versions import (
+from rollout_policy.errors import DuplicateAgentError
+from rollout_policy.ids import AgentId, EnvironmentId
+from rollout_policy.versions import (
     ANY_VERSION,
     Version,
     VersionRange,
@@ -172,8 +172,8 @@ def evaluate_eligibility(
 ) -> EligibilityReport:
     """Split ``agents`` into eligible, excluded (with reasons) and out of scope.
 
-    Raises :class:`~fleet_policy.errors.VersionError` for an unparseable target and
-    :class:`~fleet_policy.errors.DuplicateAgentError` if an agent id appears twice.
+    Raises :class:`~rollout_policy.errors.VersionError` for an unparseable target and
+    :class:`~rollout_policy.errors.DuplicateAgentError` if an agent id appears twice.
     """
     target = parse_version(target_version) if isinstance(target_version, str) else target_version
     seen: set[AgentId] = set()

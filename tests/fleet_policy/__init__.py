@@ -1,1 +1,0 @@
-"""fleet_policy: hypothesis properties and the worked examples of docs/fleet-policy.md."""
