@@ -373,12 +373,14 @@ def _roll_fleet(
     return 0 if final["state"] == "succeeded" else 1
 
 
-def run_demo(*, agents: int, workdir: Path, keep: bool) -> int:
+def run_demo(*, agents: int, workdir: Path, keep: bool, ports: dict[str, int]) -> int:
     out = Console()
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
-    demo = Demo(workdir=workdir, agents=agents, out=out)
+    # A port of 0 (the default) is a free one, picked now.
+    chosen = {name: port for name, port in ports.items() if port}
+    demo = Demo(workdir=workdir, agents=agents, out=out, **chosen)
     started = time.monotonic()
     try:
         builds = build(demo)
@@ -402,16 +404,29 @@ def run_demo(*, agents: int, workdir: Path, keep: bool) -> int:
         demo.stop()
 
 
+_PORT_HELP = "Loopback port to listen on (0: a free port)"
+
+
 def main(
     agents: Annotated[int, typer.Option(envvar="PROXIMA_DEMO_AGENTS", min=1, max=50)] = 5,
     workdir: Annotated[Path, typer.Option(envvar="PROXIMA_DEMO_DIR")] = Path(".proxima/demo"),
     keep: Annotated[
         bool, typer.Option(help="Keep everything running at the end (for the Prefect UI)")
     ] = False,
+    console_port: Annotated[
+        int, typer.Option(envvar="PROXIMA_DEMO_CONSOLE_PORT", min=0, max=65535, help=_PORT_HELP)
+    ] = 0,
+    nats_port: Annotated[
+        int, typer.Option(envvar="PROXIMA_DEMO_NATS_PORT", min=0, max=65535, help=_PORT_HELP)
+    ] = 0,
+    prefect_port: Annotated[
+        int, typer.Option(envvar="PROXIMA_DEMO_PREFECT_PORT", min=0, max=65535, help=_PORT_HELP)
+    ] = 0,
 ) -> None:
     """Run a local fleet (Prefect, a Console, its NATS, real agents) and roll it from 0.8.0 to
     0.9.0 through the fleet-rollout flow, shown live."""
-    raise typer.Exit(run_demo(agents=agents, workdir=workdir, keep=keep))
+    ports = {"console_port": console_port, "nats_port": nats_port, "prefect_port": prefect_port}
+    raise typer.Exit(run_demo(agents=agents, workdir=workdir, keep=keep, ports=ports))
 
 
 if __name__ == "__main__":
