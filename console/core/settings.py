@@ -152,8 +152,8 @@ class ConsoleSettings(BaseSettings):
     heartbeat_batch_max: int = Field(default=5000, description="Most heartbeats in one write.")
     k8s_sync_interval: str = Field(
         default="5m",
-        description="The backend's copy of the cluster agent's syncInterval (the seed's "
-        "PROXIMA_K8S_SYNC_INTERVAL).",
+        description="The backend's copy of the cluster agent's syncInterval: set both to the same "
+        "value, nothing reconciles the two.",
     )
     max_request_bytes: int = Field(default=64 * 1024, description="Largest accepted JSON body.")
     inventory_max_pending_chunks: int = Field(
