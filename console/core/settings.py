@@ -14,8 +14,8 @@ from rollout_policy.identities import DEFAULT_QUIET_WINDOW_SECONDS, DEFAULT_STAL
 
 # PostgreSQL connections per Console. With 10, c=16 enrollments open an overflow connection (a
 # new server process) for ~30% of them; 24 kept open cost the Console more CPU per enrollment
-# on a quiet machine and helped only on a loaded one (docs/performance.md, "Connection churn
-# on PostgreSQL"): 10 stays the default, both are settings.
+# on a quiet machine and helped only on a loaded one (docs/performance.md, "Tried and not
+# kept"): 10 stays the default, both are settings.
 DATABASE_POOL_SIZE = 10
 DATABASE_MAX_OVERFLOW = 20
 
