@@ -5,7 +5,7 @@ process that just enrolled, then the same agent restarted on its state file.
     .venv/bin/python -m bench.agent_idle --seconds 20 --env MALLOC_ARENA_MAX=1   # try a knob
     .venv/bin/python -m bench.agent_idle --imports     # what each import adds, no agent run
 
-Goal (issue 14): <= 35 MiB RSS (issue 2 asked <= 50 MiB), <= 5 millicores. A real Console and
+Goal (docs/performance.md): <= 35 MiB RSS, <= 5 millicores. A real Console and
 one real agent process with the chart's default intervals; the agent is measured after it is
 enrolled and connected. The enrolling process used to stay ~12 MiB above a restarted one (httpx
 and its TLS context stayed resident); the agent now talks HTTP through urllib, so the two should

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.cluster_inventory [--pods 5000] [--syncs 5] [--interval 3s]
 
-Goal (issue 5): a relist in <= 3 s, the collector's peak RSS <= 256 MiB. A real Console, the
+Goal: a relist in <= 3 s, the collector's peak RSS <= 256 MiB. A real Console, the
 Kubernetes API double seeded with a deterministic fleet (in this process), and one real
 ``k8s-cluster-collector`` agent process (replicas 1, podLimit = the fleet's pods) syncing every
 ``--interval``. Relist time is what the agent reports for each sync (every list call,

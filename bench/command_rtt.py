@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.command_rtt [--count 1000] [--deadline 300]
 
-Goal (issue 14): <= 300 us p50, <= 2 ms p99. Both ends are the product's own code:
+Goal (docs/performance.md): <= 300 us p50, <= 2 ms p99. Both ends are the product's own code:
 
 - The Console runs in this process (``ConsoleRuntime``: database, embedded nats-server,
   environment account and link, ingester). Timed from ``ConsoleRuntime.send_command`` (a

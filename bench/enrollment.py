@@ -21,7 +21,7 @@ imports and caches). ``--profile`` runs the Console under cProfile (all threads,
 ``bench.profiled_console``) and prints its top frames; profiling slows it down, so the figures
 of a profiled run are not the benchmark's.
 
-Goal (issue 14): >= 1,000 enrollments/s at concurrency 16, p99 <= 100 ms. The Console's CPU
+Goal: >= 1,000 enrollments/s at concurrency 16, p99 <= 100 ms. The Console's CPU
 time per enrollment moves far less with the machine's load than throughput and latency do.
 """
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.fleet_list [--sizes 1000,100000] [--requests 300] [--postgres]
 
-Goal (issue 15): ``GET /api/v1/fleet/agents?limit=50`` at 100,000 agents within 2x of the same
+Goal: ``GET /api/v1/fleet/agents?limit=50`` at 100,000 agents within 2x of the same
 call at 1,000, and <= 50 ms p99 on PostgreSQL. Agents are bulk-inserted into the Console's
 database (9 in 10 seen now, 1 in 10 two days ago; every third with identity evidence), then the
 page is asked for sequentially — unfiltered, ``status=online`` and ``status=offline`` — by one

@@ -4,7 +4,7 @@ heartbeat, and how soon a stopped agent shows offline — at several fleet sizes
     .venv/bin/python -m bench.fleet_scale [--sizes 10000,50000,100000] [--interval 30]
         [--stale 60] [--seconds 30] [--stop 200]
 
-Goals (issue 14), at 100,000 enrolled agents heartbeating every 30 s: Console RSS <= 1 GiB,
+Goals, at 100,000 enrolled agents heartbeating every 30 s: Console RSS <= 1 GiB,
 ``GET /api/v1/fleet/agents?limit=50`` p99 <= 50 ms, every stopped agent shown offline <= 75 s
 after its last heartbeat. Per size: the agents are seeded in the database, a separate
 generator process beats for all of them (``bench.fleet_load``: 4 NATS connections; what that

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.heartbeats [--agents 20000] [--rate 4000] [--seconds 20]
         [--database sqlite|postgres] [--profile hb.prof] [--top 25]
 
-Goal (issue 14): <= 25 us of Console CPU per heartbeat (>= 40,000/s per core), p99 lag
+Goal (docs/performance.md): <= 25 us of Console CPU per heartbeat (>= 40,000/s per core), p99 lag
 <= 500 ms. The agents are seeded rows and their heartbeats come from a separate generator
 process over 4 NATS connections (``bench.fleet_load``: how, and what that leaves out); the
 Console's CPU (user + system of its own process, read from ``/proc``; its embedded nats-server

@@ -1,4 +1,4 @@
-"""The floors under two of issue 14's figures, nothing of the product in between:
+"""The floors under two of the figures in docs/performance.md, nothing of the product in between:
 
 - the command round trip's: two bare nats-py clients in two processes echoing a 300-byte
   message through a real nats-server on loopback;
@@ -10,11 +10,11 @@
 ``bench.command_rtt`` times the product's path (the Console's ``send_command``, the agent's
 validation, ledger and handler, the result as a request, the Console's environment gate): the
 same two process hops and nats-server twice, plus that work. This benchmark prints what the hops
-alone cost on this machine, so the two figures can be read side by side (issue 14's goal,
+alone cost on this machine, so the two figures can be read side by side (the goal,
 p50 <= 300 us, p99 <= 2 ms, is for the product path). One message at a time, each sent once
 the previous echo has arrived; the first 10% are left out (warm-up). The receive figure is the
 subscriber process's user + system CPU over the messages it received (``bench.heartbeats``
-counts the Console's the same way), against issue 14's 25 us per heartbeat.
+counts the Console's the same way), against the goal of 25 us per heartbeat.
 """
 
 from __future__ import annotations

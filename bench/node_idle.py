@@ -1,10 +1,10 @@
 """Idle node agent (``k8s-node-monitor``): resident memory and CPU over a window.
 
     .venv/bin/python -m bench.node_idle [--seconds 60] [--heartbeat 30s] [--metrics 60s]
-    .venv/bin/python -m bench.node_idle --seconds 300     # the issue's five minutes
+    .venv/bin/python -m bench.node_idle --seconds 300     # five minutes
     .venv/bin/python -m bench.node_idle --env MALLOC_ARENA_MAX=1   # try a knob
 
-Goal (issue 14): <= 35 MiB RSS (issue 5 asked <= 50 MiB), <= 5 millicores. A real Console, a
+Goal (docs/performance.md): <= 35 MiB RSS, <= 5 millicores. A real Console, a
 fake kubelet over HTTPS (``/stats/summary`` of a node with 110 pods, CA-verified, bearer token)
 and one real node agent process with the chart's default intervals, host metrics on (this
 machine's /proc and /sys as the host's). The agent is measured once enrolled and connected,

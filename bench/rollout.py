@@ -3,9 +3,9 @@
     .venv/bin/python -m bench.rollout [--agents 20000] [--per-connection 100]
     .venv/bin/python -m bench.rollout --agents 20000 --profile rollout.prof   # Console profile
 
-Goals (issue 14): 20,000 agents notified and results recorded across 5 waves in <= 30 s of
+Goals: 20,000 agents notified and results recorded across 5 waves in <= 30 s of
 orchestration time; halt latency from the crossing result to the stall <= 1 s with 0
-later-wave sends; (issue 3) <= 50 Prefect task runs per rollout.
+later-wave sends; <= 50 Prefect task runs per rollout.
 
 The agents are a swarm answering self_update commands (testkit/swarm.py). With
 ``--per-connection 1`` each is a real enrolled identity on its own NATS session with its own

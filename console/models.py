@@ -127,7 +127,7 @@ class Agent(SQLModel, table=True):
         UniqueConstraint(
             "environment_id", "agent_type", "name", name="uq_agent_environment_type_name"
         ),
-        # Keys are unique across all records (issue 11): one key, one identity, one revocation.
+        # Keys are unique across all records: one key, one identity, one revocation.
         Index("ix_agent_nats_public_key", "nats_public_key", unique=True),
         # The fleet list filters and counts in SQL (migration 0010): status (covered: the last
         # sign of life, revoked, released),

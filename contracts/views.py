@@ -169,7 +169,7 @@ class ClusterView(_View):
 
 
 class OnboardingCause(_View):
-    """A likely cause of a pending gate and its fix (the seed's Common Issues rows)."""
+    """A likely cause of a pending gate and its fix (the chart page's Common Issues rows)."""
 
     issue: str
     cause: str

@@ -1,5 +1,5 @@
 """The fleet audit's rules: pure functions from facts (what the Console and the Kubernetes API
-report) to named findings with severities and the fix. Each story of the seed's failure modes
+report) to named findings with severities and the fix. Each failure story of the chart's page
 has a rule here; ``docs/audit.md`` lists them.
 """
 
@@ -209,7 +209,7 @@ def cluster_rules(facts: AuditFacts) -> Iterable[Finding]:
 _SELF_UPDATE_DIAGNOSES = {
     # Only a Kubernetes agent answers not_self_updatable, and rollouts target only agents that
     # can self-update: a pod answered for this record, so it shares the host's identity (the
-    # seed's "Fleet rollouts fail against healthy hosts").
+    # chart page's "Fleet rollouts fail against healthy hosts").
     CommandFailureKind.NOT_SELF_UPDATABLE: (
         "self_update_answered_by_pod",
         "a Kubernetes node agent answered for this host: the pod shares the host agent's "

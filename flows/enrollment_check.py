@@ -6,7 +6,7 @@ agent's enrollment, its first heartbeat and the first inventory sync, as the Con
 implementation); count the node agents that enrolled against the nodes the node-agent
 DaemonSet is scheduled on, as its controller counts them (read from Kubernetes on every poll;
 every node where no such DaemonSet exists). End with a pass/fail report naming what is missing
-and the likely cause from the seed's Common Issues table.
+and the likely cause from the chart page's Common Issues table.
 """
 
 from __future__ import annotations

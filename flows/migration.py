@@ -1,6 +1,6 @@
 """``hostdatadir-migration``: move the node agent's ``hostDataDir`` on a live cluster.
 
-The seed's "Changing hostDataDir on a live cluster is not always safe", automated. Dry-run by
+The chart page's "Changing hostDataDir on a live cluster is not always safe", automated. Dry-run by
 default. See ``docs/hostdatadir-migration.md``. This module holds the flow and its tasks (each
 one I/O step); what they decide lives in the pure :mod:`flows.hostdatadir` modules.
 
@@ -18,7 +18,7 @@ one I/O step); what they decide lives in the pure :mod:`flows.hostdatadir` modul
    as nodes finish.
 3. **Verify** (:mod:`flows.hostdatadir.verification`): every node has exactly one live
    ``k8s-node-monitor`` record, kept its record id, is not stuck in 409; no node shares an
-   identity with a host agent (the seed's hostPath check on the live DaemonSet). A pass/fail
+   identity with a host agent (the chart page's hostPath check on the live DaemonSet). A pass/fail
    report artifact; the flow run fails when a check fails.
 """
 

@@ -4,7 +4,7 @@ A selector decides *scope*: environment, agent types, labels (the cluster is the
 label), explicit agent ids and a version range. Agents outside scope are not mentioned again.
 Agents in scope are either *eligible* (they will be sent ``self_update``) or *excluded* with a
 named reason, so that an agent that could never succeed is reported instead of counted as a
-failure against the threshold (the seed's "Fleet rollouts fail against healthy hosts").
+failure against the threshold (the chart page's "Fleet rollouts fail against healthy hosts").
 """
 
 from __future__ import annotations

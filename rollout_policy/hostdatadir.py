@@ -2,7 +2,7 @@
 
 Moving the directory makes each DaemonSet pod abandon the identity it had and enroll again as a
 ``k8s-node-monitor`` named after its node. Whether that works depends on what already holds that
-name (the seed's "Changing hostDataDir on a live cluster is not always safe"):
+name (the chart page's "Changing hostDataDir on a live cluster is not always safe"):
 
 - ``fresh``: nothing holds the name; the pod enrolls a new record.
 - ``host_agent_present``: a host agent runs there and no node-monitor record holds the name (the

@@ -1,5 +1,5 @@
 """The identity rules: who may enroll under a name, when a record's name may be freed, and
-whether an agent is online. The seed's "Changing hostDataDir on a live cluster" section, made
+whether an agent is online. The chart page's "Changing hostDataDir on a live cluster" section, made
 exact; the Console enforces them, the flows predict them, :mod:`~rollout_policy.hostdatadir`
 plans with them.
 
@@ -25,7 +25,7 @@ this order (:func:`decide_enrollment`):
    world-readable machine-id is not enough when the record also holds the root-only DMI uuid.
 8. otherwise                    → re-bind (``quiet_with_evidence``)
 
-Quiet means seen *more* than the window ago (the seed: "quiet for more than five minutes";
+Quiet means seen *more* than the window ago (the chart's page: "quiet for more than five minutes";
 release "refuses … one seen in the last 5 minutes"). Release frees only the NATS identity (the
 key), never the evidence check: an operator who wants a machine without the evidence to take a
 released record must also forget its evidence (``release-identity?forget_evidence=true``).
@@ -67,13 +67,13 @@ __all__ = [
 
 DEFAULT_QUIET_WINDOW_SECONDS: Final = 300.0
 """How long a record must be without a sign of life before enrollment re-binds it or
-release-identity frees it (the Console's ``PROXIMA_IDENTITY_QUIET_SECONDS``; the seed's five
+release-identity frees it (the Console's ``PROXIMA_IDENTITY_QUIET_SECONDS``; the chart page's five
 minutes)."""
 
 DEFAULT_STALE_AFTER_SECONDS: Final = 70.0
 """An agent with no heartbeat for longer than this is offline (``PROXIMA_AGENT_STALE_SECONDS``):
 two missed beats of the default 30 s interval plus 10 s of grace, so a stopped agent is shown
-offline within 75 s of its last heartbeat (step 13's goal; status is computed when asked, no
+offline within 75 s of its last heartbeat (the goal; status is computed when asked, no
 sweep adds to it)."""
 
 REBIND_REFUSALS: Final = (

@@ -35,7 +35,7 @@ SUMMARY_PATH = "/stats/summary"
 _MAX_ANSWER = 32 * 1024 * 1024
 _MAX_PODS = 250  # per-pod usage kept in a metrics message (kubelet maxPods is 110 by default)
 
-# The seed's Common Issues row "Kubelet metrics not flowing".
+# The chart page's Common Issues row "Kubelet metrics not flowing".
 RBAC_FIX = (
     "Set hostMetrics: true, check ClusterRole: the node agent's ClusterRole must grant get on "
     "nodes/stats to its ServiceAccount"

@@ -14,8 +14,8 @@ from rollout_policy.identities import DEFAULT_QUIET_WINDOW_SECONDS, DEFAULT_STAL
 
 # PostgreSQL connections per Console. With 10, c=16 enrollments open an overflow connection (a
 # new server process) for ~30% of them; 24 kept open cost the Console more CPU per enrollment
-# on a quiet machine and helped only on a loaded one (docs/performance.md, "Connection churn
-# on PostgreSQL"): 10 stays the default, both are settings.
+# on a quiet machine and helped only on a loaded one (docs/performance.md, "Tried and not
+# kept"): 10 stays the default, both are settings.
 DATABASE_POOL_SIZE = 10
 DATABASE_MAX_OVERFLOW = 20
 
@@ -152,8 +152,8 @@ class ConsoleSettings(BaseSettings):
     heartbeat_batch_max: int = Field(default=5000, description="Most heartbeats in one write.")
     k8s_sync_interval: str = Field(
         default="5m",
-        description="The backend's copy of the cluster agent's syncInterval (the seed's "
-        "PROXIMA_K8S_SYNC_INTERVAL).",
+        description="The backend's copy of the cluster agent's syncInterval: set both to the same "
+        "value, nothing reconciles the two.",
     )
     max_request_bytes: int = Field(default=64 * 1024, description="Largest accepted JSON body.")
     inventory_max_pending_chunks: int = Field(

@@ -207,8 +207,8 @@ def _record(
 
 
 async def list_artifacts(rt: ServiceRuntime, principal: Principal) -> list[ArtifactRef]:
-    """The environment's builds, newest first. A row no longer valid (stored before the rules
-    of step 8) is left out and logged, never a 500; migration 0008 removes such rows."""
+    """The environment's builds, newest first. A row no longer valid (stored before versions
+    were bounded) is left out and logged, never a 500; migration 0008 removes such rows."""
     principal.require(Scope.ROLLOUTS_READ)
 
     def work(uow: UnitOfWork) -> list[ArtifactRef]:

@@ -3,9 +3,9 @@
 Warnings are computed when read, from what the agents report and what the Console recorded:
 
 - ``sync_interval_drift``: the collector's effective syncInterval differs from the backend's copy
-  (``PROXIMA_K8S_SYNC_INTERVAL``) — the seed: "nothing reconciles the two";
+  (``PROXIMA_K8S_SYNC_INTERVAL``) — the chart's page: "nothing reconciles the two";
 - ``slug_mismatch``: a collector enrolled with this cluster's install token reports another slug
-  (the seed: "a long name can enroll under a slug Console did not record");
+  (the chart's page: "a long name can enroll under a slug Console did not record");
 - ``unregistered``: inventory arrived for a slug onboarding never recorded;
 - ``inventory_truncated`` / ``inventory_errors``: pods over ``podLimit``, kinds it could not read.
 

@@ -1,4 +1,4 @@
-"""Enrollment and re-bind: the identity rules of the seed, made exact.
+"""Enrollment and re-bind: the identity rules of the chart's page, made exact.
 
 An enrollment names (environment, agent_type, name). What happens depends on the record that
 already holds that name; the rules are ``rollout_policy.identities.decide_enrollment`` (one home):

@@ -10,7 +10,7 @@ call ``cluster_onboarding``:
   standbys with ``leader: false``; only the leader publishes inventory: docs/chart.md);
 - **inventory** — the cluster's ``first_inventory_at`` is set.
 
-A pending gate carries its likely causes and fixes: the seed's Common Issues rows, and what the
+A pending gate carries its likely causes and fixes: the chart page's Common Issues rows and what the
 records themselves show (a token revoked, a collector reporting another slug, no leader).
 """
 

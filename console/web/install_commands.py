@@ -1,5 +1,5 @@
 """What the onboarding wizard tells the operator to run: the ``helm upgrade --install`` command,
-the values-file variant and the Argo CD Application (docs/chart.md; the seed's Quick Start,
+the values-file variant and the Argo CD Application (docs/chart.md; the chart page's Quick Start,
 "Using an Existing Secret" and "GitOps (Argo CD)").
 
 Values are escaped for Helm's ``--set`` parser (``\\``, ``,`` and a leading ``{`` are special)
@@ -34,7 +34,7 @@ HOST_AGENT_DATA_DIR = "/var/lib/proxima-node-agent"
 CHART_DEFAULT_SYNC_INTERVAL = "5m"
 SECRET_NAME = "proxima-install-token"  # noqa: S105 (a Secret's name, not a secret)
 SECRET_KEY = "token"  # noqa: S105
-TOKEN_PLACEHOLDER = "YOUR_INSTALL_TOKEN"  # noqa: S105 (the seed's placeholder)
+TOKEN_PLACEHOLDER = "YOUR_INSTALL_TOKEN"  # noqa: S105 (the chart page's placeholder)
 VALUES_FILE = "proxima-agent-values.yaml"
 
 _HELM_TYPED = re.compile(r"(?i)^(true|false|null|[+-]?[0-9]+)$")

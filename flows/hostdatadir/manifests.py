@@ -60,7 +60,7 @@ def cluster_facts(ds: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> 
 def shared_data_dir(
     data_path: str | None, host_agent_nodes: Iterable[str]
 ) -> tuple[str, ...] | None:
-    """The seed's hostPath check, the one rule the migration's verification and the audit
+    """The chart page's hostPath check, the one rule the migration's verification and the audit
     share: ``None`` when a DaemonSet's data hostPath is not the host agent's directory;
     otherwise the nodes (of ``host_agent_nodes``, sorted) where a host agent runs alongside it —
     two agents on one ``state.json``."""
@@ -82,7 +82,7 @@ def _container(ds: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def data_host_path(ds: Mapping[str, Any]) -> str | None:
-    """The host side of the ``data`` volume (what the seed's kubectl jsonpath prints)."""
+    """The host side of the ``data`` volume (what the chart page's kubectl jsonpath prints)."""
     for volume in _pod_spec(ds).get("volumes") or []:
         if volume.get("name") == DATA_VOLUME and volume.get("hostPath"):
             return str(volume["hostPath"]["path"])

@@ -1,4 +1,4 @@
-"""The checks after the move (step 3 of the flow), from the plan, the Console's records before
+"""The checks after the move (the flow's third step), from the plan, the Console's records before
 and after (:class:`~contracts.views.AgentView`), and the DaemonSet's data hostPath now: one row
 per check with ``check``, ``subject``, ``result`` (``pass`` / ``fail``) and ``detail``."""
 

@@ -138,7 +138,7 @@ async def test_rebound_enrollment_says_so(tmp_path: Path, caplog: pytest.LogCapt
 async def test_409_keeps_retrying_not_ready_without_flooding_then_enrolls(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The seed's hostDataDir story: a 409 must not look healthy, and must not spam the log."""
+    """The chart page's hostDataDir story: a 409 must not look healthy, nor spam the log."""
     caplog.set_level(logging.INFO)
     release = asyncio.Event()
     seen_reasons: list[str | None] = []
@@ -165,7 +165,7 @@ async def test_409_keeps_retrying_not_ready_without_flooding_then_enrolls(
     # Same key pair on every attempt: the key proves one process, not one attempt.
     assert len({r["public_key"] for r in console.requests}) == 1
     refusals = [r for r in caplog.records if "409 name_in_use" in r.getMessage()]
-    # Steps 1, 2, 4 ms then capped: one line per step, not one per attempt.
+    # Backoff of 1, 2, 4 ms then capped: one line per step, not one per attempt.
     assert 0 < len(refusals) <= 4, [r.getMessage() for r in refusals]
     assert "agent ag_old" in refusals[0].getMessage()
     assert "retrying with backoff" in refusals[0].getMessage()

@@ -1,6 +1,6 @@
 """Every failed or rejected command result says why as a fact (``failure_kind``), next to the
 prose of ``error``: the self_update step table, the blockers, the dispatcher's own refusals and
-the ledger's interrupted commands (issue 10: no English text is matched across processes)."""
+the ledger's interrupted commands (no English text is matched across processes)."""
 
 from __future__ import annotations
 

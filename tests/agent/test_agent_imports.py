@@ -2,7 +2,7 @@
 
 ``contracts`` holds every wire shape, the Console's as well as the agent's; a module of
 Console-only models (rollouts, views, inventory, audit) pulled into the agent's import graph
-builds its validators at start and stays resident (issue 14: idle RSS). The self_update
+builds its validators at start and stays resident (idle RSS: docs/performance.md). The self_update
 updater imports ``contracts.rollouts`` for an artifact when a ``self_update`` arrives.
 """
 

@@ -293,7 +293,7 @@ async def test_without_a_signing_key_self_update_is_rejected(
     assert result.status is CommandStatus.REJECTED
     assert result.error == "no signing public key configured: refusing to install unsigned builds"
     assert beat.can_self_update is False, "declared up front, so rollouts exclude it"
-    # Issue 16 item 17: the reason is its own fact, not "read-only program path".
+    # The reason is its own fact, not "read-only program path".
     assert console.raw_result("nokey")["failure_kind"] == "no_signing_key"
     assert console.beats.messages[-1]["self_update_blocker"] == "no_signing_key"
     assert artifacts.downloads == []
@@ -325,7 +325,7 @@ async def test_a_read_only_program_path_reports_the_real_rename_error(
     artifacts: ArtifactServer,
     hosts: list[Host],
 ) -> None:
-    """The seed's pod on a read-only image layer: the error text must be the real one."""
+    """The chart page's pod on a read-only image layer: the error text must be the real one."""
     program_dir = tmp_path / "ro-bin"
     program_dir.mkdir()
     wrapper = _read_only_wrapper(program_dir)

@@ -141,7 +141,7 @@ def _snapshot(path: Path) -> tuple[bytes, int, int]:
 
 
 def test_cli_refuses_a_state_file_of_another_agent_type_and_leaves_it(tmp_path: Path) -> None:
-    """The seed's shared-data-directory story: a DaemonSet pod finding the host agent's file."""
+    """The chart page's shared-data-directory story: a DaemonSet pod finds the host agent's file."""
     path = write_state(tmp_path, make_state(agent_type=AgentType.HOST))
     before = _snapshot(path)
     result = run_cli(

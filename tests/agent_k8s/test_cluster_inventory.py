@@ -143,7 +143,7 @@ def test_forbidden_rollouts_are_logged_once_and_the_rest_of_the_inventory_flows(
             "(a chart older than Argo Rollouts support): helm upgrade to the current chart"
         ]
         assert _warnings(view)["inventory_errors"] == view["errors"]
-        # The same, as a fact on the wire (issue 10: no English matched across processes).
+        # The same, as a fact on the wire (no English matched across processes).
         problems = observer.snapshots(agent_id)[-1].problems
         assert problems is not None
         assert [(p.kind, p.resource, p.message) for p in problems] == [

@@ -23,7 +23,7 @@ from testkit.kube import FleetSpec, KubeApiDouble, objects, seed_fleet
 
 RELEASE_NAMESPACE = "proxima-system"
 
-# What the chart grants beyond the collector's calls: nothing (least privilege, issue 16.5). A new
+# What the chart grants beyond the collector's calls: nothing (least privilege). A new
 # extra fails this test until it is written here with the reason.
 CHART_EXTRAS: set[tuple[str, str, str]] = set()
 

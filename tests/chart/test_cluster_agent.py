@@ -20,7 +20,7 @@ from testkit.pod_security import restricted_violations
 
 NAME = f"{RELEASE}-cluster-agent"
 READ = ["list"]
-# What the cluster agent reads for inventory: the page's Security section and step 4's calls.
+# What the cluster agent reads for inventory: the page's Security section and the collector's calls.
 INVENTORY_RULES = [
     {"apiGroups": [""], "resources": ["nodes", "namespaces", "pods", "services"], "verbs": READ},
     {

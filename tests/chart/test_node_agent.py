@@ -168,7 +168,7 @@ def test_the_host_identity_is_mounted_read_only_under_host_for_re_bind(quick):
     dmi = by_path["/host/sys/class"]
     assert machine_id["readOnly"] and dmi["readOnly"]
     # Directories every Linux node has: a node without /etc/machine-id or DMI (ARM) still
-    # starts the pod (a missing File/Directory hostPath never would; issue 16.3).
+    # starts the pod (a missing File/Directory hostPath never would).
     assert vols[machine_id["name"]]["hostPath"] == {"path": "/etc", "type": "Directory"}
     assert vols[dmi["name"]]["hostPath"] == {"path": "/sys/class", "type": "Directory"}
 

@@ -22,7 +22,7 @@ SCHEMA = CHART / "values.schema.json"
 TABLES = (CHART / "README.md", REPO / "docs" / "chart.md")
 UPDATE = os.environ.get("PROXIMA_UPDATE_GOLDEN") == "1"
 
-# Every value the page and issue 4 name.
+# Every value the chart's page names, and the chart's own additions.
 NAMED_VALUES = [
     "backendUrl",
     "installToken.value",

@@ -1,4 +1,4 @@
-"""Item 7 (in part): the audit's DaemonSet data-directory check reads the real cluster. The
+"""The audit's DaemonSet data-directory check reads the real cluster. The
 flows' Kubernetes adapter lists the node-agent DaemonSets that ``helm install`` made, with
 the host path of their ``data`` volume and the real node names; the rule flags the one that
 shares the host agent's directory on a node that runs a host agent."""

@@ -1,4 +1,4 @@
-"""Item 1: ``helm install`` / ``upgrade`` / ``uninstall`` of chart/proxima-agent, from its
+"""``helm install`` / ``upgrade`` / ``uninstall`` of chart/proxima-agent, from its
 directory, with the page's values, against a real kube-apiserver whose DaemonSet and StatefulSet
 controllers make the pods and whose kwok nodes run them."""
 

@@ -1,4 +1,4 @@
-"""Items 3 (second half) and 4: the cluster collector as a local process, authenticated with a
+"""The cluster collector as a local process, authenticated with a
 token minted (TokenRequest) for the chart's ServiceAccount, against the real RBAC authorizer and
 the real Lease API; a real Console receives what it publishes."""
 

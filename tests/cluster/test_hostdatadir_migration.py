@@ -1,4 +1,4 @@
-"""Item 6: ``hostdatadir-migration`` against the real control plane. The flow runs the real
+"""``hostdatadir-migration`` against the real control plane. The flow runs the real
 ``helm upgrade --reuse-values`` (changing ``nodeAgent.hostDataDir``) on a release installed by
 the real helm; the real DaemonSet controller replaces the pods on 21 kwok nodes following the
 chart's update strategy (RollingUpdate, maxUnavailable 1); the kubelet double

@@ -1,4 +1,4 @@
-"""Item 7: the ``/clusters/add`` wizard and ``enrollment-check`` against the real control plane.
+"""The ``/clusters/add`` wizard and ``enrollment-check`` against the real control plane.
 
 An operator signs in to a real Console, adds a cluster in the wizard and runs what the
 onboarding page shows — its ``helm upgrade --install`` command, or (with "the nodes already run
@@ -10,8 +10,8 @@ double (``testkit/kubelet.py``) runs each one as a real agent configured from it
 cluster agent in-cluster, with a ServiceAccount token the TokenRequest API bound to its pod).
 The page's checklist turns green, and the ``enrollment-check`` flow, run against that cluster
 and that Console, passes with the node agents counted against the nodes their DaemonSet is
-scheduled on (and fails, naming what is missing, before the install). The audit's part of
-item 7 is in ``test_audit_daemonsets.py``."""
+scheduled on (and fails, naming what is missing, before the install). The audit's DaemonSet
+check on the real cluster is in ``test_audit_daemonsets.py``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Item 2: Pod Security admission in a real kube-apiserver decides where the agents may run.
+"""Pod Security admission in a real kube-apiserver decides where the agents may run.
 
 The cluster agent meets ``restricted``. The node agent mounts host paths (its data directory,
 ``/proc``, ``/sys``, ``/etc/machine-id``, ``/sys/class/dmi/id``) and runs as root, which

@@ -1,4 +1,4 @@
-"""Item 3 (first half): what the chart's ServiceAccounts may do, asked of the real RBAC
+"""What the chart's ServiceAccounts may do, asked of the real RBAC
 authorizer with ``kubectl auth can-i --list --as=system:serviceaccount:…``, equals the table in
 docs/chart.md ("What the ServiceAccounts can do")."""
 

@@ -1,4 +1,4 @@
-"""Issue 16, item 1: node agent readiness means "running and working", not "enrolled".
+"""Node agent readiness means "running and working", not "enrolled".
 
 On the real control plane (kube-apiserver, the DaemonSet controller, the scheduler, kwok nodes),
 with the kubelet double reporting each pod's Ready condition **from the agent's own

@@ -1,4 +1,4 @@
-"""Item 5 (the real-server half): 5,000 real pod objects, created through kube-apiserver and run
+"""Inventory on the real server: 5,000 real pod objects, created through kube-apiserver and run
 by kwok, inventoried by the collector with the chart's ServiceAccount token. Prints the relist
 time and the collector's peak RSS; ``python -m bench.cluster_inventory`` prints the double's.
 (Runs last in the lane: the file name sorts after the others.)"""

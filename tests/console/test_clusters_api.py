@@ -141,7 +141,7 @@ async def test_a_collector_reporting_another_slug_is_flagged_on_the_recorded_clu
         assert [w["kind"] for w in recorded["warnings"]] == ["slug_mismatch"]
         assert "set clusterAgent.clusterSlug=eu-west-1" in recorded["warnings"][0]["message"]
         # Its token ties it to eu-west-1: the snapshot for another slug is refused, not stored
-        # as a stray cluster (step 8: a collector feeds only the cluster it is tied to).
+        # as a stray cluster (a collector feeds only the cluster it is tied to).
         assert recorded["last_inventory_at"] is None
         stray = c.get(f"/api/v1/clusters/{long_slug}")
         assert (stray.status_code, stray.json()["reason"]) == (404, "cluster_not_found")

@@ -68,7 +68,7 @@ def test_a_name_clash_while_the_holder_is_live_is_409_name_in_use_and_flags_the_
 
 
 def test_the_same_name_under_another_agent_type_is_a_free_name(console):
-    """The seed's host-agent case: a k8s-node-monitor enrolls beside a host record."""
+    """The chart page's host-agent case: a k8s-node-monitor enrolls beside a host record."""
     token = console.install_token()
     host = Identity(name="node-b", agent_type="host", machine_id="m-b")
     pod = Identity(name="node-b", agent_type="k8s-node-monitor", machine_id="m-b")

@@ -80,7 +80,7 @@ def test_release_refuses_a_revoked_agent(console):
 
 
 def test_a_released_record_is_rebound_by_the_next_enrollment_keeping_its_id(console):
-    """The seed's manual path: no evidence on the record, so release first."""
+    """The chart page's manual path: no evidence on the record, so release first."""
     token = console.install_token()
     agent_id = Identity(name="r-3").enroll(console, token).json()["agent_id"]
     wait_for(lambda: (console.agent(agent_id)["seconds_since_seen"] or 0) > QUIET_SECONDS + 0.2)

@@ -1,4 +1,4 @@
-"""Pending inventory chunks stay within their limits (issue 11: 300 chunks of a sync announcing
+"""Pending inventory chunks stay within their limits (what broke: 300 chunks of a sync announcing
 10^9 were kept forever). In-process, with a fake clock."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Several Consoles on one database and a real 3-node NATS cluster (issue 15): the servers are
+"""Several Consoles on one database and a real 3-node NATS cluster: the servers are
 configured with ``proxima-console nats-config`` (the same trust block on every node, written
 once, never edited again), both replicas push account claims through the system account, agents
 enrolled through either replica connect to any node, and a revocation through one replica cuts

@@ -1,7 +1,7 @@
-"""The embedded nats-server is supervised (issue 15): it dies with the Console, a server left by
-an earlier run is cleaned up, a dead one is started again, and revocation keeps working after the
-restart (the Console pushes every account again when its system connection reconnects). A real
-Console, its real nats-server and a real agent."""
+"""The embedded nats-server is supervised (docs/console.md): it dies with the Console, a server
+left by an earlier run is cleaned up, a dead one is started again, and revocation keeps working
+after the restart (the Console pushes every account again when its system connection
+reconnects). A real Console, its real nats-server and a real agent."""
 
 from __future__ import annotations
 

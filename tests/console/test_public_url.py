@@ -1,5 +1,5 @@
 """The URL the Console hands to agents (backendUrl in the wizard, hosted build URLs): a warning
-when PROXIMA_PUBLIC_URL is unset or loopback (issue 16.15)."""
+when PROXIMA_PUBLIC_URL is unset or loopback."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Two Console processes on one database (issue 15: a build uploaded through replica A answered
+"""Two Console processes on one database (what broke: a build uploaded through replica A answered
 404 ``artifact_missing`` on replica B, because builds lived on A's disk)."""
 
 import hashlib

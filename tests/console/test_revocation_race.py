@@ -1,4 +1,4 @@
-"""The same-second revocation race between replicas (issue 15): replica B renders its account
+"""The same-second revocation race between replicas: replica B renders its account
 JWT from the database *before* replica A's revocation commits, and B's push lands *after* A's.
 A server takes the last JWT pushed to it, so it held B's list without the revocation and the
 revoked agent could connect again until the next full push (every minute).

@@ -81,7 +81,7 @@ def test_a_rollout_plans_waves_and_sends_each_agent_one_command(console, swarm):
 
 
 def test_each_halt_has_its_own_halted_at(console):
-    """The flow's pause key for a halt (issue 14): set by a stall or a pause, new for the next."""
+    """The flow's pause key for a halt: set by a stall or a pause, new for the next."""
     r = _create(console)
     assert r["halted_at"] is None
     _post(console, f"/{r['id']}/start", json={})
@@ -131,7 +131,7 @@ def test_crossing_the_threshold_stalls_and_no_later_wave_receives_anything(conso
         )
     )
     aborted = _post(console, f"/{r['id']}/abort", json={"reason": "enough"}).json()
-    # The reason, and who gave it (the token's name): issue 16.14's "no actor recorded".
+    # The reason, and who gave it (the token's name): an abort once recorded no actor.
     assert aborted["state"] == "aborted" and aborted["state_reason"] == "enough (by admin)"
     assert _post(console, f"/{r['id']}/resume").json()["reason"] == "illegal_transition"
 
@@ -219,7 +219,7 @@ def test_a_console_restart_mid_rollout_loses_nothing_and_sends_nothing_twice(con
 def test_an_agent_without_a_signing_key_is_excluded_for_that_reason(console, agents):
     """A real agent run from source without PROXIMA_SIGNING_PUBLIC_KEY says why it cannot
     self-update (``no_signing_key``) on its heartbeats: the exclusion says so, not "read-only
-    program path" (issue 16 item 17)."""
+    program path"."""
     proc = agents(console, "keyless-host", console.install_token())
     proc.wait_ready()
     agent_id = proc.agent_id()

@@ -1,5 +1,5 @@
 """What `proxima-console serve` says when it cannot start: one line with the reason and the fix,
-never a traceback (issue 16.12)."""
+never a traceback."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""How the web UI writes times (issue 16.14: "0.52 s ago")."""
+"""How the web UI writes times (what broke: "0.52 s ago")."""
 
 from datetime import UTC, datetime, timedelta
 

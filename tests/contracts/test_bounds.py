@@ -1,5 +1,5 @@
 """Every field another process sends is bounded, and parsing raises only the package's errors
-(issue 11: a 4,301-digit version made rollouts answer 500; NaN and bombs went through)."""
+(what broke: a 4,301-digit version made rollouts answer 500; NaN and bombs went through)."""
 
 from __future__ import annotations
 

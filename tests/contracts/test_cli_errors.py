@@ -1,4 +1,4 @@
-"""The three CLIs print errors in one shape (issue 16.12): exactly one line
+"""The three CLIs print errors in one shape: exactly one line
 ``<program>: error: <message>`` on stderr, never a usage block or a traceback, and the exit
 status of one table (contracts/cli_errors.py; docs/agent.md, docs/console.md, docs/flows.md):
 1 a failure or refusal, 2 usage or configuration."""

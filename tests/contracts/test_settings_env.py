@@ -1,4 +1,4 @@
-"""PROXIMA_* variables: one line for a bad value, a warning for a misspelt name (issue 16.12)."""
+"""PROXIMA_* variables: one line for a bad value, a warning for a misspelt name."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The runnable shell blocks of README.md and docs/*.md, run as written against real processes
-(issue 16.11: docs that are executable). The convention is in docs/testing.md and
+(docs that are executable). The convention is in docs/testing.md and
 ``testkit/docblocks.py``.
 
 Each script runs with ``bash -euo pipefail`` from the repository, in its own session, with free
@@ -129,7 +129,7 @@ def test_a_runnable_doc_block_runs_as_written(script_id: str, tmp_path: Path, co
 
 
 def test_the_thin_build_is_the_size_docs_self_update_says(tmp_path: Path):
-    """docs/self-update.md quoted ~230 KB for a thin build that was 442 KB (issue 16.11)."""
+    """docs/self-update.md quoted ~230 KB for a thin build that was 442 KB."""
     text = (REPO / "docs" / "self-update.md").read_text()
     quoted = re.search(r"environment\. ~(\d+) KB", text)
     assert quoted, "docs/self-update.md no longer quotes the thin build's size"
@@ -139,7 +139,7 @@ def test_the_thin_build_is_the_size_docs_self_update_says(tmp_path: Path):
 
 
 def test_the_readme_describes_the_main_job_and_rollouts_as_they_are():
-    """The SRE's reading (issue 16.11): the README called rollouts "next" and described the
+    """What broke: the README called rollouts "next" and described the
     main job as enrollment only."""
     readme = (REPO / "README.md").read_text()
     main_job = readme.split("## The main job", 1)[1].split("\n## ", 1)[0]
@@ -149,7 +149,7 @@ def test_the_readme_describes_the_main_job_and_rollouts_as_they_are():
 
 def test_every_rollout_decision_with_a_body_is_shown_with_one():
     """`abort` (and `pause`) take a JSON body; a doc showing `…/abort` without one sent the
-    operator into a 422 (issue 16.11)."""
+    operator into a 422."""
     console = (REPO / "docs" / "console.md").read_text()
     assert "`pause` and `abort` take a JSON body" in console
     body = SCRIPTS["console.md:console-rollout"].body

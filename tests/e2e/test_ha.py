@@ -1,4 +1,4 @@
-"""More than one Console, and nothing lost (issue 15, "Done when"): two Console replicas on
+"""More than one Console, and nothing lost: two Console replicas on
 PostgreSQL behind a round-robin load balancer, a 3-node NATS cluster and the ``fleet-rollout``
 flow run under Prefect; agents enrolled through both replicas; a build uploaded through one and
 rolled out to ``PROXIMA_HA_SIM_AGENTS`` simulated agents (1,000 by default) plus a few real

@@ -1,4 +1,4 @@
-"""The seed's identity rules with real agent processes, a real Console and a real nats-server."""
+"""The chart page's identity rules with real agent processes, a real Console and nats-server."""
 
 import json
 import stat

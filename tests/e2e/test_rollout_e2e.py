@@ -1,5 +1,5 @@
 """A rollout of real agent processes, built as signed zipapps, through the real Console and the
-fleet-rollout flow: the seed's "Fleet rollouts fail against healthy hosts" made impossible.
+fleet-rollout flow: the chart page's "Fleet rollouts fail against healthy hosts" made impossible.
 
 Two agents' program directories are made read-only *after* the rollout was planned (a private
 mount namespace per agent, remounted read-only with nsenter), so their self_update fails with

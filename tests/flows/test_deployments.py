@@ -59,7 +59,7 @@ def test_prefect_deploy_all_creates_every_deployment_with_enforced_schemas(prefe
         assert dep.enforce_parameter_schema is True, name
         assert dep.work_pool_name == "proxima-process", name
         assert dep.parameter_openapi_schema["properties"], name
-        # The UI's Custom run form shows each parameter's description (issue 16.16).
+        # The UI's Custom run form shows each parameter's description.
         undescribed = [
             key
             for key, prop in dep.parameter_openapi_schema["properties"].items()
@@ -67,7 +67,7 @@ def test_prefect_deploy_all_creates_every_deployment_with_enforced_schemas(prefe
         ]
         assert undescribed == [], (name, undescribed)
     assert deployments["fleet-audit"].schedules, "the audit runs on a schedule"
-    # The scheduled audit must not switch the DaemonSet data-directory check off (issue 16.6).
+    # The scheduled audit must not switch the DaemonSet data-directory check off.
     assert deployments["fleet-audit"].parameters.get("check_kubernetes") is None
     assert "rollout_id" in deployments["fleet-rollout"].parameter_openapi_schema["required"]
 
@@ -114,7 +114,7 @@ def test_a_rollout_created_through_the_console_starts_the_fleet_rollout_deployme
 
 
 def test_a_run_with_a_misspelt_parameter_is_refused_up_front_once_deployed_sealed(prefect_api_url):
-    """Issue 16.16: a REST run of a deployment with a misspelt parameter was accepted (201:
+    """What broke: a REST run of a deployment with a misspelt parameter was accepted (201:
     Prefect's generated schema leaves unknown names open even with enforce_parameter_schema) and
     failed later on a worker. `proxima-fleet deploy` seals every schema: Prefect answers 409
     naming the parameter, and a run with the flow's own parameters is still created."""

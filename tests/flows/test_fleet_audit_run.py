@@ -1,6 +1,6 @@
 """``proxima-fleet audit run``: the ``fleet-audit`` deployment started by the verb, run by a real
 process worker (``--run-once``) under Prefect's test harness with ``prefect.yaml`` deployed,
-waited for, and the audit the run recorded in the Console shown (issue 16.13)."""
+waited for, and the audit the run recorded in the Console shown."""
 
 import asyncio
 import json

@@ -80,7 +80,7 @@ async def _beat(nc, agent_id, ident, **extra):
 
 
 async def _seed_failures(console, kube):
-    """One of each failure story of the seed."""
+    """One of each failure story of the chart's page."""
     token = console.install_token()
     # Two processes on one identity, reporting different versions.
     one = Identity(name="node-1")
@@ -304,7 +304,7 @@ async def test_the_enrollment_check_passes_on_a_healthy_cluster_and_names_what_i
             poll_seconds=0.2,
             return_state=True,
         )
-        # A failing check is a Failed run (issue 16.16); its report is the run's result.
+        # A failing check is a Failed run; its report is the run's result.
         assert run.is_failed() and "missing inventory" in (run.message or ""), run
         broken = await run.result(raise_on_failure=False)
         assert not broken["passed"]
@@ -385,7 +385,7 @@ def test_the_enrollment_check_passes_with_a_real_cluster_collector_and_node_agen
 
 
 async def test_the_enrollment_check_keeps_asking_through_a_lost_console(audit_console):
-    """Issue 16.16: one connection error from the Console ended enrollment-check. It now asks
+    """What broke: one connection error from the Console ended enrollment-check. It now asks
     again until its deadline: here the Console is gone (its port drops every connection, then
     refuses them) while the check starts, and comes back with the cluster onboarded."""
     from flows.enrollment_check import enrollment_check

@@ -1,4 +1,4 @@
-"""Rollouts that never lose their driver (issue 15): when the ``fleet-rollout`` flow run of a
+"""Rollouts that never lose their driver: when the ``fleet-rollout`` flow run of a
 live rollout crashed (a token without ``rollouts:read``) or was cancelled in Prefect, the
 rollout stayed ``running`` with nothing driving it and the UI showed it as running; a resume
 that Prefect refused answered 200.
@@ -152,7 +152,7 @@ def _get_total_online(console) -> int:
 def test_a_resume_of_a_cancelled_paused_flow_run_is_refused_not_answered_200(
     deployed, driven_console
 ):
-    """The issue's case: the paused flow run was cancelled in Prefect; ``POST …/resume``
+    """What broke: the paused flow run was cancelled in Prefect; ``POST …/resume``
     answered 200 ``running`` with nothing driving the rollout."""
     swarm = Swarm(
         driven_console, 3, prefix="paused", behaviour=lambda n, c: ("failed", "boom", None)

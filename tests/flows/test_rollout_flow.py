@@ -131,7 +131,7 @@ def test_abort_from_the_console_ends_a_paused_flow(flow_console):
             c.post(f"/api/v1/fleet/rollouts/{r['id']}/abort", json={"reason": "bad build"})
         thread.join(timeout=60)
         (state,) = states
-        # An aborted rollout is a Failed flow run, not a Completed one (issue 16.16).
+        # An aborted rollout is a Failed flow run, not a Completed one.
         assert state.is_failed(), state
         assert "ended aborted" in (state.message or "")
         outcome = state.result(raise_on_failure=False)

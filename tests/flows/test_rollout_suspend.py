@@ -1,4 +1,4 @@
-"""A stalled rollout holds no worker slot (issue 14): a run of the ``fleet-rollout``
+"""A stalled rollout holds no worker slot: a run of the ``fleet-rollout``
 deployment that meets a halt is **suspended** — Prefect keeps its state and the decision it
 waits for, the process exits — and a resume, from the Console or from Prefect (the UI's
 button calls the same endpoint), schedules it again; a worker runs it to completion.

@@ -203,7 +203,7 @@ def test_a_released_record_without_evidence_re_binds_whatever_the_node_shows() -
 
 
 def test_a_released_record_holding_evidence_the_pod_cannot_read_is_not_rebound():
-    """Release frees the key, never the evidence check (issue 11): the plan says so."""
+    """Release frees the key, never the evidence check: the plan says so."""
     plan = plan_hostdatadir_migration(
         [
             MigrationNode(

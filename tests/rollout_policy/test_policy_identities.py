@@ -260,7 +260,7 @@ def test_online_agrees_with_the_status(
     assert online == (status is AgentStatus.ONLINE)
 
 
-# --- re-bind evidence and token scope (issue 11, item 3) ----------------------------------------
+# --- re-bind evidence and token scope ---------------------------------------------------------
 
 UUID = ("product_uuid", "u-1")
 

@@ -33,7 +33,7 @@ READ_ONLY_STORY = ThresholdPolicy(
 
 
 def test_worked_example_nothing_trips_before_min_executed() -> None:
-    """docs/rollout-policy.md, "Thresholds", step 1: 3 failed out of 4 executed."""
+    """docs/rollout-policy.md, "Failure thresholds", example step 1: 3 failed out of 4 executed."""
     decision = evaluate_thresholds(READ_ONLY_STORY, ResultCounts(succeeded=1, failed=3))
     assert not decision.tripped
     assert decision.action is None

@@ -1,4 +1,4 @@
-"""Issue 11, item 7 (artifacts) and the file modes of item 9, tried as an attacker would on a
+"""Artifact uploads and downloads, and the Console's file modes, tried as an attacker would on a
 real Console: each attack fails, and data stored before the rules is repaired."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Inventory bombs (issue 11, High 1), against a real Console, real NATS and enrolled agents.
+"""Inventory bombs, against a real Console, real NATS and enrolled agents.
 
 What broke: one enrolled agent of any type sent a 1 MB inventory message that gunzipped to
 1000 MiB (Console RSS 2.1 GB, ``/healthz`` frozen 6 s); 300 chunks of a sync announcing 10^9

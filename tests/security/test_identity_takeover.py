@@ -1,4 +1,4 @@
-"""Identity takeover by re-bind (issue 11, Medium 3), tried as an attacker would: a real Console,
+"""Identity takeover by re-bind, tried as an attacker would: a real Console,
 a real nats-server and real agent processes. Each attack must fail for the attacker."""
 
 import time

@@ -1,4 +1,4 @@
-"""Strict JSON and one error shape (issue 11, Low 8), against a real Console.
+"""Strict JSON and one error shape, against a real Console.
 
 What broke: ``NaN``, ``Infinity`` and lone surrogates in any JSON body gave 500, unauthenticated
 endpoints included, and error bodies were not always ``{reason, message}`` (FastAPI's 404, 405

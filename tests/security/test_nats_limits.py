@@ -1,4 +1,4 @@
-"""Issue 11, item 9 (NATS): one agent's credentials cannot hold hundreds of connections or
+"""NATS limits: one agent's credentials cannot hold hundreds of connections or
 thousands of subscriptions, an expired JWT is refused, and a live agent renews its JWT before
 it expires without ever being refused. Real Console, real nats-server, real agents."""
 

@@ -1,4 +1,4 @@
-"""Version poisoning (issue 11, High 2), against a real Console, real NATS and a real agent.
+"""Version poisoning, against a real Console, real NATS and a real agent.
 
 What broke: a heartbeat ``version`` of 4,301 digits made every ``POST /api/v1/fleet/rollouts``
 of its environment answer 500 (``int()`` raised a bare ``ValueError`` in version parsing), and

@@ -1,4 +1,4 @@
-"""schemathesis over the Console's OpenAPI against a live Console (issue 11, "Done when").
+"""schemathesis over the Console's OpenAPI against a live Console.
 
 Every check runs — server errors, status codes, content types, response headers and schemas,
 negative data rejection, missing headers, unsupported methods, ``Allow``, use after free,

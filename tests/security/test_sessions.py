@@ -64,7 +64,7 @@ def test_a_flood_of_sign_ins_by_one_tenant_never_signs_out_another_tenants_user(
 
     assert page_status(console.url, victim) == 200, "the other tenant's user is still signed in"
     assert page_status(console.url, first) == 303, "the attacker's own oldest session went"
-    # ... and the sign-in page says why, not just "sign in" (issue 16.14).
+    # ... and the sign-in page says why, not just "sign in".
     ended = httpx.get(
         console.url + "/clusters", cookies={"proxima_session": first}, follow_redirects=True
     )

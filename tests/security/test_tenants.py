@@ -1,4 +1,4 @@
-"""Cross-tenant lockout (issue 11, Medium 4), tried as an attacker would: a real Console, a real
+"""Cross-tenant lockout, tried as an attacker would: a real Console, a real
 nats-server and real agents. Nothing one tenant does reaches another tenant's agents."""
 
 import json

@@ -1,4 +1,4 @@
-"""The fleet list filtered, counted and cut in SQL (issue 15: it loaded every agent of the
+"""The fleet list filtered, counted and cut in SQL (what broke: it loaded every agent of the
 environment and paged in Python). Each SQL condition must select exactly the records whose
 computed view (``presenters.agent_public``, the one rule) shows that status or flag."""
 

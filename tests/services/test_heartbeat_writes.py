@@ -1,4 +1,4 @@
-"""A heartbeat's instant is stored as the ORM stores every other instant (found in session 5:
+"""A heartbeat's instant is stored as the ORM stores every other instant (what broke:
 the heartbeat fast path took the generic column type's conversion, so SQLite's driver wrote
 ``… 01:32:37.571139+00:00`` beside the ORM's ``… 01:32:37.571139`` in the same column; SQLite
 compares that text as text, in every "seen since" filter)."""

@@ -1,4 +1,4 @@
-"""Background work with several Console replicas on one database (issue 15: every replica ran
+"""Background work with several Console replicas on one database (what broke: every replica ran
 the timeout sweep). Two sweeps race on one real database file (and PostgreSQL in its lane),
 each on its own engine as two processes would: the work is done once, never doubled."""
 

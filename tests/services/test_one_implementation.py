@@ -1,4 +1,4 @@
-"""Each rule has one implementation, and every caller uses it (issue 10, "Done when"): the
+"""Each rule has one implementation, and every caller uses it: the
 re-bind and release rules, "online", the onboarding gates, the default rollout policy, the quiet
 window.
 
@@ -432,7 +432,7 @@ def test_the_quiet_window_scan_finds_a_copy():
 
 
 def test_each_error_of_the_web_rollout_form_lands_on_the_field_it_was_typed_in():
-    """Issue 16.14: the form listed the API model's errors at the top, one line per location
+    """What broke: the form listed the API model's errors at the top, one line per location
     (`criteria.0.threshold_count: …`), far from the inputs. Each is now drawn beside its field;
     a criterion's error finds its form row even when an empty row before it was left out."""
     from console.web import rollout_form as form

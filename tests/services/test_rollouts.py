@@ -249,7 +249,7 @@ async def test_an_operator_resume_resumes_the_paused_flow_run_after_commit(
 
 
 async def test_a_resume_prefect_refuses_is_a_409_not_a_200(services: InProcessConsole, monkeypatch):
-    """Issue 15: the Console ignored Prefect's answer to the resume and answered 200."""
+    """What broke: the Console ignored Prefect's answer to the resume and answered 200."""
     from console.prefect_api import ResumeAnswer
 
     await fleet(services, 20)

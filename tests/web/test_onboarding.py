@@ -1,4 +1,4 @@
-"""The seed's first promise, in a real browser: /clusters/add registers the cluster, mints its
+"""The chart page's first promise, in a real browser: /clusters/add registers the cluster, mints its
 install token, writes the helm command (and the values-file and Argo CD variants) with every
 value filled in, then verifies enrollment, heartbeat and the first inventory sync.
 

@@ -122,7 +122,7 @@ def test_abort_and_refusals_on_the_rollout_page(web_console, ui):
         page.fill("#r-labels", "tier")
         page.fill("#r-pct", "50, 150")
         page.get_by_role("button", name="Create rollout").click()
-        # Every refusal at once, each beside its field (issue 16.14), not the first at the top.
+        # Every refusal at once, each beside its field, not the first at the top.
         expect(page.locator("#rollout-errors")).to_contain_text("3 fields to correct")
         expect(page.locator("#r-sha-error")).to_contain_text("pattern")
         expect(page.locator("#r-labels-error")).to_contain_text("'tier' is not key=value")

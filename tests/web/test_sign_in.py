@@ -15,7 +15,7 @@ def test_a_wrong_token_is_refused_and_a_good_one_opens_a_session_cookie(web_cons
     view.goto("/agents")
     assert "/sign-in?next=%2Fagents" in page.url
     view.shot("sign-in")
-    # A required field is not drawn as an error before anyone typed in it (issue 16.14).
+    # A required field is not drawn as an error before anyone typed in it.
     border = "getComputedStyle(document.querySelector('#token')).borderTopColor"
     assert page.evaluate(border) != "rgb(164, 22, 26)"
     page.fill("#token", "pxa_not-a-token")

@@ -67,7 +67,7 @@ def test_tokens_are_shown_once_revoked_and_scoped(web_console, ui):
 
 
 def test_a_refused_token_form_shows_every_error_beside_its_field(web_console, ui):
-    """Issue 16.14: the page showed the first validation error only, as a flash at the top,
+    """What broke: the page showed the first validation error only, as a flash at the top,
     and forgot what was typed. Each error is now drawn beside its field, the form kept open
     with its values."""
     view = ui(web_console)

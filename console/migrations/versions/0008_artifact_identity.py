@@ -1,6 +1,6 @@
 """one artifact per (environment, version, sha256); rows with an invalid version removed
 
-Before step 8 a version of any length and any form was stored (a 65-character one made
+Before this revision a version of any length and any form was stored (a 65-character one made
 ``GET /api/v1/artifacts`` answer 500), and the same build uploaded twice made two rows. This
 revision repairs such data, then adds the unique constraint: rows whose version breaks the
 fleet's rule are deleted, and of duplicates the oldest is kept. Rollouts keep their own copy of
