@@ -10,7 +10,8 @@ another key. Whatever was in flight for the old key ends here, in the same trans
   result arriving later is ignored like any repeated one (the target is final);
 - credential rotations not yet completed are closed, so a nonce delivered to the old key can
   never be completed with the old key's signature;
-- the record is flagged ``rebound`` (``Agent.rebound_at``) for :data:`REBOUND_FLAG_SECONDS`.
+- the record is flagged ``rebound`` (``Agent.rebound_at``) for
+  ``agent_records.REBOUND_FLAG_SECONDS``.
 
 A re-bind after release-identity keeps none of this to cancel (release already retired the key);
 it still closes open rotations.
@@ -18,8 +19,7 @@ it still closes open rotations.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Final
+from datetime import datetime
 
 from sqlmodel import Session, col, select
 
@@ -28,17 +28,7 @@ from console.services.rollouts.records import counts
 from console.services.rollouts.results import judge
 from contracts.vocabulary import TargetStatus
 
-__all__ = ["REBOUND_FLAG_SECONDS", "cancel_in_flight", "is_recently_rebound", "rebound_refusal"]
-
-REBOUND_FLAG_SECONDS: Final = 7 * 24 * 3600.0
-"""How long a record shows the ``rebound`` flag after a quiet re-bind (a week: long enough for
-an operator to notice, short enough that an expected hostDataDir move stops showing)."""
-
-
-def is_recently_rebound(agent: Agent, now: datetime) -> bool:
-    return agent.rebound_at is not None and (now - agent.rebound_at) <= timedelta(
-        seconds=REBOUND_FLAG_SECONDS
-    )
+__all__ = ["cancel_in_flight", "rebound_refusal"]
 
 
 def cancel_in_flight(session: Session, agent: Agent, now: datetime) -> dict[str, int]:
