@@ -1,5 +1,5 @@
-"""Enrollment and re-bind, in-process: every rule of ``console.services.enrollment``, with the
-Console's clock moved instead of slept through."""
+"""Enrollment and re-bind, in-process: every rule of ``console.services.identities.enrollment``,
+with the Console's clock moved instead of slept through."""
 
 import pytest
 from sqlmodel import select

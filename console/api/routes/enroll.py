@@ -6,7 +6,7 @@ from console.api.deps import RuntimeDep
 from console.core.audit_log import Field, audit, audit_refusal, client_address
 from console.core.secrets import loggable_prefix
 from console.errors import ConsoleError
-from console.services import enrollment, identities
+from console.services import identities
 from contracts.enrollment import (
     EnrollRequest,
     EnrollResponse,
@@ -54,7 +54,7 @@ async def enroll_agent(req: EnrollRequest, runtime: RuntimeDep, request: Request
     }
     try:
         limits = runtime.rate_limits
-        answer, created = await enrollment.enroll_agent(
+        answer, created = await identities.enroll_agent(
             runtime,
             req,
             guard=lambda uow: limits.count(uow, limits.enroll, source=source, token_prefix=prefix),
@@ -126,4 +126,4 @@ async def nats_credentials(
 
     For an agent whose rotation answer was lost after the Console accepted the new key, or after
     the fleet's signing keys were replaced."""
-    return await enrollment.nats_credentials(runtime, agent_id, body)
+    return await identities.nats_credentials(runtime, agent_id, body)

@@ -39,15 +39,15 @@ from console.services.agent_records import (
     revoke_key,
     seen_at,
 )
-from console.services.enrollment_facts import (
+from console.services.identities.enrollment_facts import (
     Facts,
     TokenView,
     count_use,
     lock_holder,
     read_facts,
 )
-from console.services.enrollment_refusals import record_conflict, refusal
-from console.services.rebinding import cancel_in_flight, rebound_refusal
+from console.services.identities.enrollment_refusals import record_conflict, refusal
+from console.services.identities.rebinding import cancel_in_flight, rebound_refusal
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.agent_types import AgentType
 from contracts.enrollment import (
