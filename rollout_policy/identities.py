@@ -37,11 +37,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import Final
 
 from contracts.vocabulary.agents import AgentStatus, AgentType
-from contracts.vocabulary.identities import ReleaseOutcome
+from contracts.vocabulary.identities import EnrollmentAction, RebindHow, ReleaseOutcome
 from contracts.vocabulary.reasons import ErrorReason
 from rollout_policy.ids import AgentId
 
@@ -194,20 +193,6 @@ def evidence_matches(
     """Whether ``presented`` covers the record's evidence: some held value of *every* kind the
     record holds (empty evidence is never matched: :func:`rebind_refusals` refuses it apart)."""
     return bool(evidence) and not missing_evidence_kinds(evidence, presented)
-
-
-class EnrollmentAction(StrEnum):
-    CREATE = "create"
-    SAME_IDENTITY = "same_identity"
-    REBIND = "rebind"
-    REFUSE = "refuse"
-
-
-class RebindHow(StrEnum):
-    """How a re-bind was earned (the Console records it on the ``rebound`` event)."""
-
-    RELEASED = "released"
-    QUIET_WITH_EVIDENCE = "quiet_with_evidence"
 
 
 @dataclass(frozen=True)
