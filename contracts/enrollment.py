@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
 from contracts.bounds import Labels, VersionText, text
 from contracts.vocabulary.agents import AgentType
+from contracts.vocabulary.identities import EnrollmentAction, RebindHow
 
 Name = Annotated[
     str,
@@ -126,6 +127,38 @@ class EnrollResponse(BaseModel):
         "always sends one; None only for servers that know agents as bare nkey users.",
     )
     rebound: bool = Field(description="True when this enrollment re-bound an existing record")
+
+
+EvidenceKind = Annotated[str, StringConstraints(max_length=32)]
+"""A kind of identity evidence (``machine_id``, ``product_uuid``): never its value."""
+
+
+class EnrollmentPreview(BaseModel):
+    """``POST /api/v1/agents/enroll?dry_run=true``: what the same request would do, decided
+    exactly as the real call and changing nothing (no record, no token use, no key). A refusal is
+    the same 4xx error body as the real call's."""
+
+    dry_run: bool = True
+    action: EnrollmentAction = Field(description="create, same_identity or rebind")
+    agent_id: str | None = Field(default=None, description="The record it would bind, if any")
+    agent_type: AgentType
+    name: str
+    environment_id: str
+    how: RebindHow | None = Field(
+        default=None, description="For a re-bind: released (after release-identity) or quiet"
+    )
+    replaces_evidence: bool = Field(
+        default=False,
+        description="True when the re-bind would replace the record's identity evidence with "
+        "this machine's (a re-bind after release-identity)",
+    )
+    held_evidence: list[EvidenceKind] = Field(
+        default_factory=list, max_length=8, description="The kinds of evidence the record holds"
+    )
+    presented_evidence: list[EvidenceKind] = Field(
+        default_factory=list, max_length=8, description="The kinds this request presents"
+    )
+    message: str = Field(default="", max_length=1024)
 
 
 class ErrorBody(BaseModel):

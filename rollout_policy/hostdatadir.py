@@ -2,14 +2,15 @@
 
 Moving the directory makes each DaemonSet pod abandon the identity it had and enroll again as a
 ``k8s-node-monitor`` named after its node. Whether that works depends on what already holds that
-name (the chart page's "Changing hostDataDir on a live cluster is not always safe"):
+name (the chart's page's "Changing hostDataDir on a live cluster is not always safe"):
 
 - ``fresh``: nothing holds the name; the pod enrolls a new record.
 - ``host_agent_present``: a host agent runs there and no node-monitor record holds the name (the
   pod had adopted the host's identity); the name is free and the move is what fixes the node.
 - ``rebind_possible``: a node-monitor record holds the name, the pod can read the host identity
   (host-root mount), the record carries identity evidence and will be quiet once the pod moves;
-  enrollment re-binds the pod to it after the quiet window, keeping its id.
+  enrollment re-binds the pod to it after the quiet window, keeping its id. A released record
+  is re-bound by the pod's next enrollment, whatever the pod presents.
 - ``needs_release``: a node-monitor record holds the name and one of those does not hold; the pod
   gets 409 until the record is released, and for a revoked record or one something else keeps
   alive, not even then.
@@ -201,22 +202,13 @@ def _classify_record(node: MigrationNode, record: AgentRecord, window: float) ->
     wait = _window_text(window)
 
     if record.released and not record.revoked:
-        if record.has_identity_evidence and not node.host_identity_readable:
-            # Release frees the key, never the evidence check (rollout_policy.identities, rule 4).
-            return _row(
-                node,
-                NodeClass.NEEDS_RELEASE,
-                f"{record.agent_id} is released but holds identity evidence the pod cannot "
-                "read: mount the host root (as root, for the DMI uuid) or revoke "
-                f"{record.agent_id} so the pod enrolls a new record",
-                agent_id=record.agent_id,
-                reasons=(ReleaseReason.NO_HOST_IDENTITY,),
-                releasable=False,
-            )
+        # The release is the operator's override: the next enrollment under the name re-binds
+        # the record whatever the pod presents (rollout_policy.identities, rule 4).
         return _row(
             node,
             NodeClass.REBIND_POSSIBLE,
-            f"none: {record.agent_id} is released; the pod re-binds to it",
+            f"none: {record.agent_id} is released; the pod re-binds to it and its identity "
+            "evidence becomes the pod's",
             agent_id=record.agent_id,
         )
     # On a DaemonSet-only node the pod itself is what keeps the record alive, and it stops

@@ -1,6 +1,6 @@
 """The identity rules: who may enroll under a name, when a record's name may be freed, and
-whether an agent is online. The chart page's "Changing hostDataDir on a live cluster" section, made
-exact; the Console enforces them, the flows predict them, :mod:`~rollout_policy.hostdatadir`
+whether an agent is online. The chart's page's "Changing hostDataDir on a live cluster" section,
+made exact; the Console enforces them, the flows predict them, :mod:`~rollout_policy.hostdatadir`
 plans with them.
 
 Times are ages in seconds. ``seconds_since_seen`` is the age of the record's last sign of life:
@@ -15,8 +15,9 @@ this order (:func:`decide_enrollment`):
 1. none                         → create a new record
 2. same public key, not revoked → the same identity again (a retried request is harmless)
 3. revoked                      → refuse ``agent_revoked``
-4. released (holds no key)      → re-bind (``released``) when the evidence matches (rule 7);
-   a released record that holds no evidence re-binds without any
+4. released (holds no key)      → re-bind (``released``) whatever evidence the claim presents:
+   the release is the operator's override, and the record's evidence becomes the claim's
+   (``replaces_evidence``)
 5. seen within the quiet window → refuse ``name_in_use`` (a second live process)
 6. no identity evidence         → refuse ``no_identity_evidence``
 7. the presented signals do not cover the record's evidence → refuse ``identity_mismatch``:
@@ -25,21 +26,21 @@ this order (:func:`decide_enrollment`):
    world-readable machine-id is not enough when the record also holds the root-only DMI uuid.
 8. otherwise                    → re-bind (``quiet_with_evidence``)
 
-Quiet means seen *more* than the window ago (the chart's page: "quiet for more than five minutes";
-release "refuses … one seen in the last 5 minutes"). Release frees only the NATS identity (the
-key), never the evidence check: an operator who wants a machine without the evidence to take a
-released record must also forget its evidence (``release-identity?forget_evidence=true``).
+Quiet means seen *more* than the window ago (the chart's page: "quiet for more than five
+minutes"; release "refuses … one seen in the last 5 minutes"). Release clears the NATS identity
+"so the next enrollment re-binds the same record": the one way to hand a name to a machine whose
+evidence changed, or to a new machine taking it over. Without a release, rules 5 to 8 hold exactly:
+a machine presenting other evidence is refused ``identity_mismatch`` however long it retries.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import Final
 
 from contracts.vocabulary.agents import AgentStatus, AgentType
-from contracts.vocabulary.identities import ReleaseOutcome
+from contracts.vocabulary.identities import EnrollmentAction, RebindHow, ReleaseOutcome
 from contracts.vocabulary.reasons import ErrorReason
 from rollout_policy.ids import AgentId
 
@@ -67,14 +68,13 @@ __all__ = [
 
 DEFAULT_QUIET_WINDOW_SECONDS: Final = 300.0
 """How long a record must be without a sign of life before enrollment re-binds it or
-release-identity frees it (the Console's ``PROXIMA_IDENTITY_QUIET_SECONDS``; the chart page's five
-minutes)."""
+release-identity frees it (the Console's ``PROXIMA_IDENTITY_QUIET_SECONDS``; the chart's page's
+five minutes)."""
 
 DEFAULT_STALE_AFTER_SECONDS: Final = 70.0
 """An agent with no heartbeat for longer than this is offline (``PROXIMA_AGENT_STALE_SECONDS``):
 two missed beats of the default 30 s interval plus 10 s of grace, so a stopped agent is shown
-offline within 75 s of its last heartbeat (the goal; status is computed when asked, no
-sweep adds to it)."""
+offline within 75 s of its last heartbeat (status is computed when asked, no sweep adds to it)."""
 
 REBIND_REFUSALS: Final = (
     ErrorReason.AGENT_REVOKED,
@@ -195,29 +195,18 @@ def evidence_matches(
     return bool(evidence) and not missing_evidence_kinds(evidence, presented)
 
 
-class EnrollmentAction(StrEnum):
-    CREATE = "create"
-    SAME_IDENTITY = "same_identity"
-    REBIND = "rebind"
-    REFUSE = "refuse"
-
-
-class RebindHow(StrEnum):
-    """How a re-bind was earned (the Console records it on the ``rebound`` event)."""
-
-    RELEASED = "released"
-    QUIET_WITH_EVIDENCE = "quiet_with_evidence"
-
-
 @dataclass(frozen=True)
 class EnrollmentDecision:
-    """``retire_key`` is the key a re-bind takes away from the record (None after a release)."""
+    """``retire_key`` is the key a re-bind takes away from the record (None after a release);
+    ``replaces_evidence``: the record's identity evidence becomes exactly what the claim presents
+    (a re-bind after release), instead of gaining it."""
 
     action: EnrollmentAction
     agent_id: AgentId | None = None
     how: RebindHow | None = None
     refusal: ErrorReason | None = None
     retire_key: str | None = None
+    replaces_evidence: bool = False
 
 
 def rebind_refusals(
@@ -255,22 +244,18 @@ def decide_enrollment(
         return EnrollmentDecision(
             EnrollmentAction.REFUSE, agent_id=record.agent_id, refusal=ErrorReason.AGENT_REVOKED
         )
-    matches = evidence_matches(record.evidence, claim.signals)
     if record.released:
-        if record.evidence and not matches:
-            return EnrollmentDecision(
-                EnrollmentAction.REFUSE,
-                agent_id=record.agent_id,
-                refusal=ErrorReason.IDENTITY_MISMATCH,
-            )
         return EnrollmentDecision(
-            EnrollmentAction.REBIND, agent_id=record.agent_id, how=RebindHow.RELEASED
+            EnrollmentAction.REBIND,
+            agent_id=record.agent_id,
+            how=RebindHow.RELEASED,
+            replaces_evidence=True,
         )
     refusals = rebind_refusals(
         revoked=record.revoked,
         quiet=is_quiet(record.seconds_since_seen, quiet_window_seconds),
         has_evidence=bool(record.evidence),
-        signals_match=matches,
+        signals_match=evidence_matches(record.evidence, claim.signals),
     )
     if refusals:
         return EnrollmentDecision(

@@ -36,8 +36,8 @@ from console.models import Agent
 from console.prefect_api import ResumeAnswer, RunState
 from console.schemas import ALL_SCOPES, InstallTokenCreate
 from console.services import tokens
-from console.services.enrollment import enroll_agent
 from console.services.heartbeats import record_heartbeats
+from console.services.identities import enroll_agent
 from console.services.rollouts.results import RecordedResults, record_results
 from console.services.unit_of_work import UnitOfWork, UnitsOfWork
 from contracts.agent_types import AgentType

@@ -7,8 +7,8 @@ the database runs after commit.
 
 - ``access``: who is calling (an API token, for the API and the pages alike)
 - ``fleet``: the agent list, one agent, the versions the fleet runs
-- ``enrollment``: enrollment and re-bind rules; fresh NATS credentials for a current key
-- ``identities``: release (with a dry run), revoke, credential rotation
+- ``identities``: enrollment and re-bind, release (with a dry run), revoke, credential rotation
+  (a package)
 - ``heartbeats``: heartbeat and metrics batches, shared identities, refused connections
 - ``rollouts``: planning, dispatch, results, lifecycle, reads (a package)
 - ``clusters``: register, list, inspect, inventory, warnings

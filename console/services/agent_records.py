@@ -1,10 +1,11 @@
 """Writes and reads every agent use case shares: loading a record for a principal, identity
-evidence, history events, retiring a NATS key, and whether an agent is online."""
+evidence, history events, retiring a NATS key, whether an agent is online and whether it shows
+the ``rebound`` flag."""
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Final
 
 from sqlalchemy import Insert, func, insert
 from sqlmodel import Session, col, select
@@ -143,6 +144,17 @@ def revocation_stamp(session: Session, now: datetime) -> int:
 
 def seen_at(agent: Agent) -> datetime:
     return agent.last_seen_at or agent.enrolled_at
+
+
+REBOUND_FLAG_SECONDS: Final = 7 * 24 * 3600.0
+"""How long a record shows the ``rebound`` flag after a quiet re-bind (a week: long enough for
+an operator to notice, short enough that an expected hostDataDir move stops showing)."""
+
+
+def is_recently_rebound(agent: Agent, now: datetime) -> bool:
+    return agent.rebound_at is not None and (now - agent.rebound_at) <= timedelta(
+        seconds=REBOUND_FLAG_SECONDS
+    )
 
 
 # History and new evidence are only ever appended: they are written with Core INSERTs (built once

@@ -3,7 +3,7 @@
 conditions a database evaluates, so a page is filtered, counted and cut in the query.
 
 Every instant comes from the rule's owner: ``rollout_policy.identities.online_cutoff`` for online,
-``rebinding.REBOUND_FLAG_SECONDS`` for the re-bind flag. ``tests/services/test_fleet_query.py``
+``agent_records.REBOUND_FLAG_SECONDS`` for the re-bind flag. ``tests/services/test_fleet_query.py``
 checks that each condition selects exactly the records whose computed view says so.
 """
 
@@ -16,7 +16,7 @@ from sqlalchemy import ColumnElement, and_, exists, false, or_, true
 from sqlmodel import col, select
 
 from console.models import Agent, AgentEvidence, NatsRevocation
-from console.services.rebinding import REBOUND_FLAG_SECONDS
+from console.services.agent_records import REBOUND_FLAG_SECONDS
 from contracts.vocabulary import AgentFlag, AgentStatus
 from rollout_policy.identities import online_cutoff
 

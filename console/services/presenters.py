@@ -18,8 +18,7 @@ from console.models import (
     NatsRevocation,
 )
 from console.schemas import ApiTokenPublic, InstallTokenPublic
-from console.services.agent_records import seconds_since_seen, status
-from console.services.rebinding import is_recently_rebound
+from console.services.agent_records import is_recently_rebound, seconds_since_seen, status
 from contracts.views import (
     AgentDetailView,
     AgentEventView,

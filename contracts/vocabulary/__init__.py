@@ -6,7 +6,8 @@ in the rest of ``contracts`` are built on it.
 - :mod:`~contracts.vocabulary.rollouts`: rollout states, target statuses, failure types, threshold
   actions and the one default rollout policy's numbers;
 - :mod:`~contracts.vocabulary.commands`: command kinds, statuses and failure kinds;
-- :mod:`~contracts.vocabulary.identities`: what release-identity does with a record;
+- :mod:`~contracts.vocabulary.identities`: what release-identity and an enrollment do with a
+  record;
 - :mod:`~contracts.vocabulary.inventory`: what kind of problem an inventory sync reports;
 - :mod:`~contracts.vocabulary.reasons`: :class:`ErrorReason`, every ``reason`` the system answers.
 """
@@ -18,7 +19,7 @@ from contracts.vocabulary.commands import (
     CommandStatus,
     ResultAckOutcome,
 )
-from contracts.vocabulary.identities import ReleaseOutcome
+from contracts.vocabulary.identities import EnrollmentAction, RebindHow, ReleaseOutcome
 from contracts.vocabulary.inventory import InventoryProblemKind
 from contracts.vocabulary.reasons import ErrorReason
 from contracts.vocabulary.rollouts import (
@@ -37,9 +38,11 @@ __all__ = [
     "CommandKind",
     "CommandStatus",
     "DriverLostReason",
+    "EnrollmentAction",
     "ErrorReason",
     "FailureType",
     "InventoryProblemKind",
+    "RebindHow",
     "ReleaseOutcome",
     "ResultAckOutcome",
     "RolloutState",

@@ -26,7 +26,7 @@ from console.nats.claims import ClaimsPusher
 from console.nats.jwt import agent_jwt, decode_claims
 from console.nats.server import EmbeddedNats
 from console.services import nats_keys
-from console.services.identities import revoke
+from console.services.identities.lifecycle import revoke
 from testkit.net import free_port
 from testkit.services import AgentKey
 

@@ -34,7 +34,7 @@ def test_online_and_status_have_one_definition_in_rollout_policy():
     assert {
         "services/agent_records.py",
         "services/clusters.py",
-        "services/identities.py",
+        "services/identities/lifecycle.py",
         "services/rollouts/planning.py",
     } <= _calls("is_online")
     assert _calls("agent_status") == {"services/agent_records.py"}
@@ -49,5 +49,5 @@ def test_online_and_status_have_one_definition_in_rollout_policy():
 
 
 def test_enrollment_and_release_decide_with_the_pure_core():
-    assert _calls("decide_enrollment") == {"services/enrollment.py"}
-    assert _calls("decide_release") == {"services/identities.py"}
+    assert _calls("decide_enrollment") == {"services/identities/enrollment.py"}
+    assert _calls("decide_release") == {"services/identities/lifecycle.py"}

@@ -1,4 +1,5 @@
-"""The chart page's identity rules with real agent processes, a real Console and nats-server."""
+"""The chart page's identity rules with real agent processes, a real Console and a real
+nats-server."""
 
 import json
 import stat
@@ -8,7 +9,8 @@ from testkit.agents import fake_host_root
 from testkit.console import QUIET_SECONDS
 from testkit.waiting import wait_for
 
-MID1, MID7, MIDR, MIDC = (uuid.uuid4().hex for _ in range(4))
+MID1, MID7, MIDR, MIDC, MIDO, MIDN = (uuid.uuid4().hex for _ in range(6))
+OLD_DMI = "4c4c4544-0037-3010-8031-b7c04f4e3332"
 
 
 def _online(console, agent_id):
@@ -149,6 +151,65 @@ def test_without_host_identity_the_moved_agent_waits_until_release_then_rebinds(
     assert r.status_code == 200, r.text
     moved.wait_ready()
     assert moved.agent_id() == agent_id
+
+
+def test_after_release_an_agent_on_a_machine_with_other_evidence_rebinds_the_record(
+    e2e_console, agents, tmp_path
+):
+    """A released record holding evidence was re-bound only by a machine presenting that
+    evidence: an agent on a machine whose evidence changed (or a new machine taking over the
+    name) kept getting 409 identity_mismatch after the release and never enrolled."""
+    token = e2e_console.install_token()
+    old = agents(
+        e2e_console,
+        "node-9",
+        token,
+        agent_type="k8s-node-monitor",
+        host_root=fake_host_root(tmp_path / "old-machine", machine_id=MIDO, product_uuid=OLD_DMI),
+        data="old",
+    )
+    old.wait_ready()
+    agent_id = old.agent_id()
+    old.stop()
+    wait_for(lambda: e2e_console.agent(agent_id)["seconds_since_seen"] > QUIET_SECONDS + 0.2)
+
+    new = agents(
+        e2e_console,
+        "node-9",
+        token,
+        agent_type="k8s-node-monitor",
+        host_root=fake_host_root(tmp_path / "new-machine", machine_id=MIDN),
+        data="new",
+    )
+    assert not (new.data_dir / "state.json").exists()
+    # Without a release, the other machine is refused, and stays refused while it retries.
+    wait_for(lambda: "identity_mismatch" in new.connectedz()[1], timeout=20)
+    wait_for(lambda: (e2e_console.agent(agent_id)["conflict"] or {}).get("count", 0) >= 2)
+    assert e2e_console.agent(agent_id)["status"] != "online"
+
+    with e2e_console.client() as c:
+        r = c.post(f"/api/v1/fleet/agents/{agent_id}/release-identity")
+    assert r.status_code == 200, r.text
+    new.wait_ready()
+    assert new.agent_id() == agent_id, "the same record: id, links and history kept"
+    wait_for(lambda: _online(e2e_console, agent_id))
+
+    detail = e2e_console.agent(agent_id)
+    kinds = [h["kind"] for h in detail["history"]]
+    assert kinds[:2] == ["rebound", "released"] and kinds[-1] == "enrolled", kinds
+    handed = detail["history"][0]["detail"]
+    assert handed["how"] == "released" and handed["released_at"]
+    assert handed["previous_evidence"] == ["machine_id", "product_uuid"]
+    assert handed["presented_evidence"] == ["machine_id"]
+    assert handed["evidence_differs"] == ["machine_id", "product_uuid"]
+    assert {e["kind"] for e in detail["evidence"]} == {"machine_id"}, "the new machine's"
+    line = next(
+        ln
+        for ln in e2e_console.log_path.read_text().splitlines()
+        if "agent_rebound" in ln and agent_id in ln
+    )
+    assert "how=released" in line and "previous_evidence=machine_id,product_uuid" in line
+    assert MIDO not in line and MIDN not in line, "evidence by kind, never by value"
 
 
 def test_an_agent_type_mismatch_refuses_to_start_and_leaves_the_file(e2e_console, agents, tmp_path):

@@ -179,8 +179,8 @@ def test_every_node_gets_one_consistent_row(given_nodes: list[MigrationNode]) ->
 
 
 def test_a_released_record_without_evidence_re_binds_whatever_the_node_shows() -> None:
-    """The Console re-binds a released record that holds no evidence on the next enrollment,
-    before any quiet check (rollout_policy.identities.decide_enrollment, rule 4)."""
+    """The Console re-binds a released record on the next enrollment, before any quiet check
+    (rollout_policy.identities.decide_enrollment, rule 4)."""
     plan = plan_hostdatadir_migration(
         [
             MigrationNode(
@@ -202,8 +202,10 @@ def test_a_released_record_without_evidence_re_binds_whatever_the_node_shows() -
     assert (row.node_class, row.reasons, row.releasable) == (NodeClass.REBIND_POSSIBLE, (), True)
 
 
-def test_a_released_record_holding_evidence_the_pod_cannot_read_is_not_rebound():
-    """Release frees the key, never the evidence check: the plan says so."""
+def test_a_released_record_holding_evidence_the_pod_cannot_read_is_rebound_by_the_pod():
+    """The plan called a released record holding evidence the pod cannot read ``needs_release``
+    (not releasable), when the release is exactly what hands it to the pod: the next enrollment
+    re-binds it whatever the pod presents, and its evidence becomes the pod's."""
     plan = plan_hostdatadir_migration(
         [
             MigrationNode(
@@ -214,9 +216,5 @@ def test_a_released_record_holding_evidence_the_pod_cannot_read_is_not_rebound()
         ]
     )
     (row,) = plan.rows
-    assert (row.node_class, row.reasons, row.releasable) == (
-        NodeClass.NEEDS_RELEASE,
-        (ReleaseReason.NO_HOST_IDENTITY,),
-        False,
-    )
-    assert "revoke a-1" in row.action
+    assert (row.node_class, row.reasons, row.releasable) == (NodeClass.REBIND_POSSIBLE, (), True)
+    assert "evidence becomes the pod's" in row.action

@@ -104,9 +104,9 @@ def test_status_is_revoked_then_released_then_online_or_offline() -> None:
         (
             held(public_key=None),
             claim(),
-            EnrollmentAction.REFUSE,
+            EnrollmentAction.REBIND,
+            RebindHow.RELEASED,
             None,
-            ErrorReason.IDENTITY_MISMATCH,
         ),
         (
             held(seconds_since_seen=WINDOW),
@@ -228,13 +228,16 @@ def test_a_live_identity_is_never_taken_over_by_another_key(
 
 
 @given(records, claims, windows)
-def test_a_quiet_rebind_needs_a_presented_signal_the_record_carries(
+def test_a_quiet_rebind_needs_every_kind_of_evidence_the_record_carries(
     record: HeldRecord, presented: EnrollmentClaim, window: float
 ) -> None:
+    """Without a release, the strict rule: quiet, not revoked, every kind of evidence matched,
+    and the record gains the presented evidence rather than losing its own."""
     decision = decide_enrollment(record, presented, quiet_window_seconds=window)
     if decision.how is RebindHow.QUIET_WITH_EVIDENCE:
-        assert record.evidence & presented.signals
+        assert evidence_matches(record.evidence, presented.signals)
         assert is_quiet(record.seconds_since_seen, window)
+        assert not record.revoked and not decision.replaces_evidence
     assert (decision.refusal is None) == (decision.action is not EnrollmentAction.REFUSE)
 
 
@@ -251,6 +254,20 @@ def test_what_release_frees_enrollment_would_rebind_after_the_release(
     assert decision.agent_id == record.agent_id
 
 
+@given(records, claims, windows)
+def test_a_released_record_is_rebound_by_any_claim_and_takes_its_evidence(
+    record: HeldRecord, presented: EnrollmentClaim, window: float
+) -> None:
+    """The release is the operator's override: evidence, quiet and key do not matter; only a
+    revoked record and the token's scope still refuse."""
+    decision = decide_enrollment(record, presented, quiet_window_seconds=window)
+    if decision.how is RebindHow.RELEASED or decision.replaces_evidence:
+        assert decision.how is RebindHow.RELEASED and decision.replaces_evidence
+        assert record.released and decision.retire_key is None
+    if record.released and not record.revoked and decision.refusal is None:
+        assert decision.action is EnrollmentAction.REBIND and decision.replaces_evidence
+
+
 @given(ages, st.floats(min_value=0, max_value=5_000, allow_nan=False), st.booleans(), st.booleans())
 def test_online_agrees_with_the_status(
     since: float | None, stale: float, revoked: bool, holds: bool
@@ -260,7 +277,7 @@ def test_online_agrees_with_the_status(
     assert online == (status is AgentStatus.ONLINE)
 
 
-# --- re-bind evidence and token scope ---------------------------------------------------------
+# --- re-bind evidence and token scope -----------------------------------------------------------
 
 UUID = ("product_uuid", "u-1")
 
@@ -271,9 +288,31 @@ def test_a_machine_id_alone_does_not_rebind_a_record_that_holds_a_dmi_uuid() -> 
     assert machine_only.refusal is ErrorReason.IDENTITY_MISMATCH
     both = decide_enrollment(record, claim(MACHINE, UUID), quiet_window_seconds=WINDOW)
     assert both.action is EnrollmentAction.REBIND
+
+
+def test_after_release_a_machine_with_other_evidence_rebinds_and_replaces_the_evidence() -> None:
+    """A released record holding evidence was re-bound only by a machine presenting that
+    evidence, so a machine whose evidence changed got ``identity_mismatch`` for ever after the
+    very release meant to hand it the name."""
     released = held(public_key=None, evidence=frozenset({MACHINE, UUID}))
-    assert decide_enrollment(released, claim(MACHINE), quiet_window_seconds=WINDOW).refusal is (
-        ErrorReason.IDENTITY_MISMATCH
+    for presented in (claim(OTHER), claim(MACHINE), claim()):
+        decision = decide_enrollment(released, presented, quiet_window_seconds=WINDOW)
+        assert (decision.action, decision.how, decision.agent_id) == (
+            EnrollmentAction.REBIND,
+            RebindHow.RELEASED,
+            released.agent_id,
+        )
+        assert decision.replaces_evidence and decision.retire_key is None
+    # without the release the same machine is refused, however quiet the record
+    unreleased = held(evidence=frozenset({MACHINE, UUID}), seconds_since_seen=None)
+    refused = decide_enrollment(unreleased, claim(OTHER), quiet_window_seconds=WINDOW)
+    assert refused.refusal is ErrorReason.IDENTITY_MISMATCH
+
+
+def test_a_released_and_revoked_record_is_still_refused() -> None:
+    record = held(public_key=None, revoked=True)
+    assert decide_enrollment(record, claim(MACHINE), quiet_window_seconds=WINDOW).refusal is (
+        ErrorReason.AGENT_REVOKED
     )
 
 
@@ -302,11 +341,12 @@ def test_a_cluster_bound_token_enrolls_only_kubernetes_agents() -> None:
 
 
 @given(records, claims, windows)
-def test_a_rebind_always_presents_every_kind_of_evidence_the_record_holds(
+def test_a_rebind_without_release_presents_every_kind_of_evidence_the_record_holds(
     record: HeldRecord, presented: EnrollmentClaim, window: float
 ) -> None:
+    """Every re-bind but the one a release allows."""
     decision = decide_enrollment(record, presented, quiet_window_seconds=window)
-    if decision.action is EnrollmentAction.REBIND:
+    if decision.action is EnrollmentAction.REBIND and not record.released:
         for kind in {k for k, _ in record.evidence}:
             assert any(s in record.evidence for s in presented.signals if s[0] == kind)
 

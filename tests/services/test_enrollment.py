@@ -1,5 +1,5 @@
-"""Enrollment and re-bind, in-process: every rule of ``console.services.enrollment``, with the
-Console's clock moved instead of slept through."""
+"""Enrollment and re-bind, in-process: every rule of ``console.services.identities.enrollment``,
+with the Console's clock moved instead of slept through."""
 
 import pytest
 from sqlmodel import select
@@ -140,7 +140,7 @@ async def test_a_rebind_cancels_what_was_in_flight_for_the_old_key_and_flags_the
     from datetime import timedelta
 
     from console.models import CredentialRotation, Rollout, RolloutTarget
-    from console.services.rebinding import is_recently_rebound
+    from console.services.agent_records import is_recently_rebound
 
     token = await services.install_token()
     old = AgentKey("web-1", machine_id="m" * 32, product_uuid="u" * 32)

@@ -1,5 +1,5 @@
 """Release (and its dry run), revoke, and "online", in-process: the identity rules of
-``console.services.identities`` and the status every view shows."""
+``console.services.identities.lifecycle`` and the status every view shows."""
 
 import pytest
 from sqlmodel import select

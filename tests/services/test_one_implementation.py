@@ -1,6 +1,6 @@
-"""Each rule has one implementation, and every caller uses it: the
-re-bind and release rules, "online", the onboarding gates, the default rollout policy, the quiet
-window.
+"""Each rule has one implementation, and every caller uses it: the re-bind and release rules
+(the enrollment's dry run included), "online", the onboarding gates, the default rollout policy,
+the quiet window.
 
 Behavioural where behaviour can show it: the rule is replaced by a sentinel wherever it is bound
 (``testkit.services.replace_everywhere``) and the Console's services are seen to obey the
@@ -27,7 +27,7 @@ import rollout_policy.identities as identities
 from console.core.settings import ConsoleSettings
 from console.errors import ConflictError
 from console.services import fleet, published_settings
-from console.services.identities import release, rotate_credentials
+from console.services.identities import preview_enrollment, release, rotate_credentials
 from console.services.onboarding import cluster_onboarding
 from console.services.rollouts import planning
 from contracts.rollouts import ArtifactRef, RolloutCreate
@@ -75,8 +75,9 @@ async def enrolled(services: InProcessConsole, key: AgentKey | None = None) -> s
 # -- the re-bind rule: rollout_policy.identities.decide_enrollment --------------------------------
 
 
-async def test_enrollment_decides_with_decide_enrollment_and_the_console_quiet_window(
-    services: InProcessConsole, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("dry_run", [False, True])
+async def test_enrollment_and_its_dry_run_decide_with_decide_enrollment_and_the_quiet_window(
+    services: InProcessConsole, monkeypatch: pytest.MonkeyPatch, dry_run: bool
 ):
     key = AgentKey("web-1", machine_id="m" * 32)
     token = await services.install_token()
@@ -94,7 +95,11 @@ async def test_enrollment_decides_with_decide_enrollment_and_the_console_quiet_w
 
     replace_everywhere(monkeypatch.setattr, identities.decide_enrollment, sentinel)
     with pytest.raises(ConflictError) as refused:
-        await services.enroll(key.new_key(), token)
+        if dry_run:
+            request = key.new_key().request(token, services.clock.now)
+            await preview_enrollment(services.rt, request)
+        else:
+            await services.enroll(key.new_key(), token)
     assert refused.value.reason == ErrorReason.AGENT_REVOKED
     assert windows == [services.settings.identity_quiet_seconds]
 

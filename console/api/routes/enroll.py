@@ -3,11 +3,13 @@
 from fastapi import APIRouter, Depends, Request, Response, status
 
 from console.api.deps import RuntimeDep
-from console.core.audit_log import Field, audit, audit_refusal, client_address
+from console.core.audit_log import Field, audit_refusal, client_address
 from console.core.secrets import loggable_prefix
 from console.errors import ConsoleError
-from console.services import enrollment, identities
+from console.services import identities
+from console.services.unit_of_work import UnitOfWork
 from contracts.enrollment import (
+    EnrollmentPreview,
     EnrollRequest,
     EnrollResponse,
     ErrorBody,
@@ -40,11 +42,20 @@ _LIMITED_ERRORS: dict[int | str, dict[str, object]] = {
     response_model=EnrollResponse,
     status_code=status.HTTP_201_CREATED,
     responses={
-        200: {"model": EnrollResponse, "description": "re-bound or repeated"},
+        200: {
+            "model": EnrollResponse | EnrollmentPreview,
+            "description": "re-bound or repeated; with ?dry_run=true, what it would do",
+        },
         **_LIMITED_ERRORS,
     },
 )
-async def enroll_agent(req: EnrollRequest, runtime: RuntimeDep, request: Request) -> Response:
+async def enroll_agent(
+    req: EnrollRequest, runtime: RuntimeDep, request: Request, dry_run: bool = False
+) -> Response:
+    """Enroll or re-bind under (environment, agent_type, name). ``dry_run=true`` answers what the
+    same request would do (an ``EnrollmentPreview``: create, the same identity, or a re-bind,
+    and whether it would replace a released record's evidence) or the same refusal, and changes
+    nothing."""
     source = client_address(request)
     prefix = loggable_prefix(req.install_token)
     seen: dict[str, Field] = {
@@ -52,24 +63,21 @@ async def enroll_agent(req: EnrollRequest, runtime: RuntimeDep, request: Request
         "install_token_prefix": prefix,
         "agent_type": req.agent_type.value,
     }
+    limits = runtime.rate_limits
+
+    def guard(uow: UnitOfWork) -> None:
+        limits.count(uow, limits.enroll, source=source, token_prefix=prefix)
+
     try:
-        limits = runtime.rate_limits
-        answer, created = await enrollment.enroll_agent(
-            runtime,
-            req,
-            guard=lambda uow: limits.count(uow, limits.enroll, source=source, token_prefix=prefix),
-        )
+        if dry_run:
+            preview = await identities.preview_enrollment(runtime, req, guard=guard)
+            return Response(preview.model_dump_json(), media_type="application/json")
+        answer, created = await identities.enroll_agent(runtime, req, guard=guard, seen=seen)
     except ConsoleError as exc:
         failed = exc.status == 401 or exc.reason in _BAD_PROOF
         event = "auth_failed" if failed else "enroll_refused"
-        audit_refusal(event, surface="enroll", reason=exc.reason, **seen)
+        audit_refusal(event, surface="enroll", reason=exc.reason, dry_run=dry_run, **seen)
         raise
-    audit(
-        "agent_rebound" if answer.rebound else "agent_enrolled" if created else "agent_reenrolled",
-        agent_id=answer.agent_id,
-        environment_id=answer.environment_id,
-        **seen,
-    )
     # Built here, once: the answer is an ``EnrollResponse`` already, and FastAPI would validate
     # it again against ``response_model`` (which stays, for the OpenAPI document) and encode it
     # field by field.
@@ -126,4 +134,4 @@ async def nats_credentials(
 
     For an agent whose rotation answer was lost after the Console accepted the new key, or after
     the fleet's signing keys were replaced."""
-    return await enrollment.nats_credentials(runtime, agent_id, body)
+    return await identities.nats_credentials(runtime, agent_id, body)

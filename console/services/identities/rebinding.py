@@ -10,35 +10,38 @@ another key. Whatever was in flight for the old key ends here, in the same trans
   result arriving later is ignored like any repeated one (the target is final);
 - credential rotations not yet completed are closed, so a nonce delivered to the old key can
   never be completed with the old key's signature;
-- the record is flagged ``rebound`` (``Agent.rebound_at``) for :data:`REBOUND_FLAG_SECONDS`.
+- the record is flagged ``rebound`` (``Agent.rebound_at``) for
+  ``agent_records.REBOUND_FLAG_SECONDS``.
 
 A re-bind after release-identity keeps none of this to cancel (release already retired the key);
-it still closes open rotations.
+it still closes open rotations. It is the operator's hand-over of the record to whichever machine
+enrolls next under its name: the record's identity evidence becomes that machine's
+(:func:`replace_evidence`), and the ``rebound`` event and the audit line name the release and
+both machines' evidence by kind (:func:`handover`), never by value.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Final
+from datetime import datetime
 
 from sqlmodel import Session, col, select
 
-from console.models import Agent, CredentialRotation, NatsRevocation, Rollout, RolloutTarget
+from console.core.audit_log import Field as AuditField
+from console.models import (
+    Agent,
+    AgentEvent,
+    AgentEvidence,
+    CredentialRotation,
+    NatsRevocation,
+    Rollout,
+    RolloutTarget,
+)
 from console.services.rollouts.records import counts
 from console.services.rollouts.results import judge
 from contracts.vocabulary import TargetStatus
+from rollout_policy.identities import missing_evidence_kinds
 
-__all__ = ["REBOUND_FLAG_SECONDS", "cancel_in_flight", "is_recently_rebound", "rebound_refusal"]
-
-REBOUND_FLAG_SECONDS: Final = 7 * 24 * 3600.0
-"""How long a record shows the ``rebound`` flag after a quiet re-bind (a week: long enough for
-an operator to notice, short enough that an expected hostDataDir move stops showing)."""
-
-
-def is_recently_rebound(agent: Agent, now: datetime) -> bool:
-    return agent.rebound_at is not None and (now - agent.rebound_at) <= timedelta(
-        seconds=REBOUND_FLAG_SECONDS
-    )
+__all__ = ["cancel_in_flight", "handover", "rebound_refusal", "replace_evidence"]
 
 
 def cancel_in_flight(session: Session, agent: Agent, now: datetime) -> dict[str, int]:
@@ -87,3 +90,40 @@ def rebound_refusal(session: Session, agent_id: str, public_key: str) -> str | N
         f"{agent_id}). Check who enrolled with this name; to run this machine again, remove its "
         "state file and enroll it (a new record, or release-identity first)"
     )
+
+
+Evidence = frozenset[tuple[str, str]]
+
+
+def kinds(evidence: Evidence) -> list[str]:
+    """Evidence as the history and the audit show it: its kinds, never a value or its hash."""
+    return sorted({kind for kind, _ in evidence})
+
+
+def replace_evidence(session: Session, agent_id: str, presented: Evidence) -> int:
+    """Drop the record's evidence the new machine does not present (what it does present is
+    kept, then renewed by ``record_evidence``); how many rows went."""
+    rows = session.exec(select(AgentEvidence).where(AgentEvidence.agent_id == agent_id)).all()
+    gone = [row for row in rows if (row.kind, row.value_hash) not in presented]
+    for row in gone:
+        session.delete(row)
+    return len(gone)
+
+
+def handover(
+    session: Session, agent: Agent, held: Evidence, presented: Evidence
+) -> dict[str, AuditField]:
+    """What a re-bind after release records: the release (when, by whom) and both machines'
+    evidence by kind, with the kinds whose values differ."""
+    released = session.exec(
+        select(AgentEvent)
+        .where(AgentEvent.agent_id == agent.id, AgentEvent.kind == "released")
+        .order_by(col(AgentEvent.at).desc(), col(AgentEvent.id).desc())
+    ).first()
+    return {
+        "released_at": agent.released_at.isoformat() if agent.released_at else None,
+        "released_by": None if released is None else str(released.detail.get("actor") or ""),
+        "previous_evidence": kinds(held),
+        "presented_evidence": kinds(presented),
+        "evidence_differs": sorted(missing_evidence_kinds(held, presented)),
+    }

@@ -12,15 +12,17 @@ commits when a conflict must be recorded even though the request fails (``enroll
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from prometheus_client import Histogram
 from sqlalchemy import Insert, bindparam, insert
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, col, select
+from sqlmodel import Session, select
 
+from console.core.audit_log import Field as AuditField
+from console.core.audit_log import audit
 from console.core.clock import utcnow
 from console.core.secrets import evidence_hash
 from console.core.signatures import SignatureError, verify
@@ -39,30 +41,32 @@ from console.services.agent_records import (
     revoke_key,
     seen_at,
 )
-from console.services.enrollment_facts import (
+from console.services.identities.enrollment_facts import (
     Facts,
     TokenView,
     count_use,
     lock_holder,
     read_facts,
 )
-from console.services.enrollment_refusals import record_conflict, refusal
-from console.services.rebinding import cancel_in_flight, rebound_refusal
+from console.services.identities.enrollment_refusals import record_conflict, refusal
+from console.services.identities.rebinding import (
+    cancel_in_flight,
+    handover,
+    replace_evidence,
+)
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.agent_types import AgentType
 from contracts.enrollment import (
     EnrollRequest,
     EnrollResponse,
-    NatsCredentials,
-    NatsCredentialsRequest,
     enrollment_message_of,
-    nats_credentials_message,
 )
 from contracts.vocabulary import ErrorReason
 from rollout_policy import AgentId
 from rollout_policy.identities import (
     EnrollmentAction,
     EnrollmentClaim,
+    EnrollmentDecision,
     HeldRecord,
     RebindHow,
     decide_enrollment,
@@ -109,6 +113,8 @@ class EnrollOutcome:
     created: bool
     rebound: bool
     revoked_key: bool = False
+    how: RebindHow | None = None
+    handed_over: dict[str, AuditField] = field(default_factory=dict)
 
 
 _EVIDENCE_OF = select(AgentEvidence).where(AgentEvidence.agent_id == bindparam("agent_id"))
@@ -192,20 +198,35 @@ def _check_key_free(facts: Facts, existing: Agent | None) -> None:
         )
 
 
-def enroll(
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """An enrollment's facts and the identity rules' decision on them."""
+
+    facts: Facts
+    existing: Agent | None
+    held: HeldRecord | None
+    claim: EnrollmentClaim
+    decision: EnrollmentDecision
+
+
+def decide(
     session: Session,
     *,
     req: EnrollRequest,
     quiet_seconds: float,
     skew_seconds: float,
-    now: datetime | None = None,
-) -> EnrollOutcome:
-    now = now or utcnow()
+    now: datetime,
+    lock: bool = True,
+) -> Decided:
+    """Check the proof and the token, read the record holding the name (locked, unless for a
+    dry run) and ask ``decide_enrollment``; raise every refusal but the name's own (a
+    ``REFUSE`` decision), which the caller answers (and, for a real call, records)."""
     _check_signature(req, now, skew_seconds)
     facts = read_facts(session, req, now)
     token = facts.token
-    existing = None if facts.holder_id is None else lock_holder(session, facts, req)
-
+    existing = None
+    if facts.holder_id is not None:
+        existing = lock_holder(session, facts, req) if lock else session.get(Agent, facts.holder_id)
     held = None if existing is None else _held(session, existing, now)
     claim = _claim(req, token)
     decision = decide_enrollment(held, claim, quiet_window_seconds=quiet_seconds)
@@ -215,24 +236,42 @@ def enroll(
             f"install token {token.prefix}… is bound to cluster {token.cluster_slug!r}: it "
             f"enrolls only Kubernetes agents, not {req.agent_type.value}",
         )
+    if decision.action is not EnrollmentAction.SAME_IDENTITY:
+        _check_uses(token)
+    if decision.action in (EnrollmentAction.CREATE, EnrollmentAction.REBIND):
+        _check_key_free(facts, existing)
+    return Decided(facts, existing, held, claim, decision)
+
+
+def enroll(
+    session: Session,
+    *,
+    req: EnrollRequest,
+    quiet_seconds: float,
+    skew_seconds: float,
+    now: datetime | None = None,
+) -> EnrollOutcome:
+    now = now or utcnow()
+    decided = decide(
+        session, req=req, quiet_seconds=quiet_seconds, skew_seconds=skew_seconds, now=now
+    )
+    token, existing, decision = decided.facts.token, decided.existing, decided.decision
     if decision.action is EnrollmentAction.SAME_IDENTITY:
         # The same key again (its holder proved it): a re-delivery of an enrollment whose
         # answer, or whose state file, was lost — the same record, no token use counted.
         assert existing is not None
         return EnrollOutcome(agent=EnrolledRecord.of(existing), created=False, rebound=False)
-    _check_uses(token)
-    if decision.action in (EnrollmentAction.CREATE, EnrollmentAction.REBIND):
-        _check_key_free(facts, existing)
     if decision.action is EnrollmentAction.REFUSE:
+        held = decided.held
         assert existing is not None and held is not None and decision.refusal is not None
-        conflict = refusal(decision.refusal, existing, held, quiet_seconds, claim)
+        conflict = refusal(decision.refusal, existing, held, quiet_seconds, decided.claim)
         record_conflict(session, existing, conflict, now)
         raise conflict
     if decision.action is EnrollmentAction.CREATE:
         outcome = _create(session, req, token, now)
     else:
-        assert existing is not None and decision.how is not None
-        outcome = _rebind(session, existing, req, token, now, decision.how)
+        assert existing is not None and decided.held is not None
+        outcome = _rebind(session, existing, req, token, now, decided)
     # The token's use last: its row is the one every enrollment of the token updates, so its
     # lock is held only from here to the commit (docs/performance.md).
     if not count_use(session, token, now):
@@ -304,8 +343,15 @@ def _rebind(
     req: EnrollRequest,
     token: TokenView,
     now: datetime,
-    how: RebindHow,
+    decided: Decided,
 ) -> EnrollOutcome:
+    how = decided.decision.how
+    assert how is not None and decided.held is not None
+    handed_over: dict[str, AuditField] = {}
+    if decided.decision.replaces_evidence:
+        # Read before anything changes: the release and the evidence the record held.
+        handed_over = handover(session, existing, decided.held.evidence, decided.claim.signals)
+        replace_evidence(session, existing.id, decided.claim.signals)
     replaced = existing.nats_public_key
     if replaced is not None:
         revoke_key(session, agent_id=existing.id, public_key=replaced, reason="rebound", now=now)
@@ -329,18 +375,24 @@ def _rebind(
     record_evidence(
         session, agent_id=existing.id, signals=req.signals, source="enrollment", now=now
     )
+    if how is RebindHow.RELEASED:
+        message = (
+            f"re-bound onto its prior record after release (released by "
+            f"{handed_over.get('released_by') or 'an operator'}); its identity evidence is now "
+            "this machine's"
+        )
+    else:
+        message = "re-bound onto its prior record (quiet, identity evidence matched)"
     add_event(
         session,
         existing.id,
         "rebound",
-        "re-bound onto its prior record"
-        + (
-            " after release" if how is RebindHow.RELEASED else " (quiet, identity evidence matched)"
-        ),
+        message,
         how=how.value,
         version=req.version,
         retired_key=replaced,
         install_token=token.prefix,
+        **handed_over,
         **ended,
     )
     return EnrollOutcome(
@@ -348,18 +400,22 @@ def _rebind(
         created=False,
         rebound=True,
         revoked_key=replaced is not None,
+        how=how,
+        handed_over=handed_over,
     )
 
 
-def find_by_public_key(session: Session, public_key: str) -> Agent | None:
-    return session.exec(select(Agent).where(col(Agent.nats_public_key) == public_key)).first()
-
-
 async def enroll_agent(
-    rt: ServiceRuntime, req: EnrollRequest, *, guard: Callable[[UnitOfWork], None] | None = None
+    rt: ServiceRuntime,
+    req: EnrollRequest,
+    *,
+    guard: Callable[[UnitOfWork], None] | None = None,
+    seen: Mapping[str, AuditField] | None = None,
 ) -> tuple[EnrollResponse, bool]:
     """Enroll or re-bind; the answer and whether a new record was made. A re-bind that retired
-    the record's previous key returns once NATS refuses that key.
+    the record's previous key returns once NATS refuses that key. The audit line names what
+    happened, with ``seen`` (where the request came from); a re-bind after release names the
+    release and both machines' evidence by kind.
 
     ``guard`` (the rate limits) is kept even when the enrollment is refused. With one writer at
     a time (SQLite) it runs first in the enrollment's own transaction, saving a commit: that is
@@ -396,6 +452,18 @@ async def enroll_agent(
     except TokenUsedUpMeanwhile as lost:
         raise _exhausted(lost.max_uses, lost.max_uses) from None
     agent = outcome.agent
+    audit(
+        "agent_rebound"
+        if outcome.rebound
+        else "agent_enrolled"
+        if outcome.created
+        else "agent_reenrolled",
+        agent_id=agent.id,
+        environment_id=agent.environment_id,
+        **(seen or {}),
+        **({"how": outcome.how.value} if outcome.how else {}),
+        **outcome.handed_over,
+    )
     response = EnrollResponse(
         agent_id=agent.id,
         agent_type=AgentType(agent.agent_type),
@@ -422,43 +490,3 @@ def _timed_apply(rt: ServiceRuntime):  # type: ignore[no-untyped-def]
             await rt.apply_identities()
 
     return apply
-
-
-async def nats_credentials(
-    rt: ServiceRuntime, agent_id: str, body: NatsCredentialsRequest
-) -> NatsCredentials:
-    """A fresh NATS user JWT for the agent's current key, proven by a signature of that key."""
-    now = utcnow()
-    signed_at = body.signed_at if body.signed_at.tzinfo else body.signed_at.replace(tzinfo=UTC)
-    if abs((now - signed_at).total_seconds()) > rt.settings.enroll_clock_skew_seconds:
-        raise BadRequestError(ErrorReason.STALE_SIGNATURE, "the request was signed too long ago")
-    message = nats_credentials_message(
-        agent_id=agent_id, public_key=body.public_key, signed_at=body.signed_at
-    )
-    try:
-        verify(body.public_key, message, body.signature)
-    except SignatureError as exc:
-        raise UnauthorizedError(
-            ErrorReason.BAD_SIGNATURE, f"signature does not verify: {exc.why}"
-        ) from exc
-
-    def look(uow: UnitOfWork) -> tuple[Agent | None, str | None]:
-        return uow.session.get(Agent, agent_id), rebound_refusal(
-            uow.session, agent_id, body.public_key
-        )
-
-    agent, rebound = await rt.units.run(look)
-    if rebound is not None:
-        raise UnauthorizedError(ErrorReason.IDENTITY_REBOUND, rebound)
-    if agent is None or agent.nats_public_key != body.public_key or agent.revoked_at is not None:
-        raise UnauthorizedError(
-            ErrorReason.NOT_CURRENT_KEY,
-            "this key is not the current key of a live identity (released, rotated away or "
-            "revoked)",
-        )
-    return NatsCredentials(
-        agent_id=agent_id,
-        public_key=body.public_key,
-        nats_url=rt.agent_nats_url,
-        nats_jwt=await rt.agent_jwt(agent_id, body.public_key, agent.environment_id),
-    )

@@ -1,4 +1,5 @@
-"""Release, revoke and credential rotation of agent identities.
+"""Release, revoke and credential rotation of agent identities; fresh NATS credentials for a
+current key.
 
 Each use case changes the record in one unit of work and, once that has committed, waits for
 NATS to enforce it (``apply_identities``): when the call returns, a retired key is refused.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets as pysecrets
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlmodel import Session, select
 
@@ -33,9 +34,17 @@ from console.services.agent_records import (
     revoke_key,
     seen_at,
 )
+from console.services.identities.rebinding import rebound_refusal
 from console.services.presenters import agent_public
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
-from contracts.enrollment import RotationAccepted, RotationProof, rotation_message
+from contracts.enrollment import (
+    NatsCredentials,
+    NatsCredentialsRequest,
+    RotationAccepted,
+    RotationProof,
+    nats_credentials_message,
+    rotation_message,
+)
 from contracts.messages import CommandKind
 from contracts.views import AgentView
 from contracts.vocabulary import ErrorReason, ReleaseOutcome
@@ -248,8 +257,10 @@ async def release(
 
 
 _RELEASE_MESSAGE = {
-    ReleaseOutcome.RELEASED: "agent {id}'s name is free: the next enrollment re-binds the record",
-    ReleaseOutcome.WOULD_RELEASE: "agent {id} is quiet: release-identity would free its name",
+    ReleaseOutcome.RELEASED: "agent {id}'s name is free: the next enrollment under it re-binds "
+    "the record, whatever evidence it presents, and the record's evidence becomes that machine's",
+    ReleaseOutcome.WOULD_RELEASE: "agent {id} is quiet: release-identity would free its name for "
+    "the next enrollment under it, whatever evidence it presents",
     ReleaseOutcome.ALREADY_RELEASED: "agent {id} holds no identity already (released)",
 }
 
@@ -358,4 +369,44 @@ async def accept_rotation(
         agent_id=agent_id,
         public_key=public_key,
         nats_jwt=await rt.agent_jwt(agent_id, public_key, environment_id),
+    )
+
+
+async def nats_credentials(
+    rt: ServiceRuntime, agent_id: str, body: NatsCredentialsRequest
+) -> NatsCredentials:
+    """A fresh NATS user JWT for the agent's current key, proven by a signature of that key."""
+    now = utcnow()
+    signed_at = body.signed_at if body.signed_at.tzinfo else body.signed_at.replace(tzinfo=UTC)
+    if abs((now - signed_at).total_seconds()) > rt.settings.enroll_clock_skew_seconds:
+        raise BadRequestError(ErrorReason.STALE_SIGNATURE, "the request was signed too long ago")
+    message = nats_credentials_message(
+        agent_id=agent_id, public_key=body.public_key, signed_at=body.signed_at
+    )
+    try:
+        verify(body.public_key, message, body.signature)
+    except SignatureError as exc:
+        raise UnauthorizedError(
+            ErrorReason.BAD_SIGNATURE, f"signature does not verify: {exc.why}"
+        ) from exc
+
+    def look(uow: UnitOfWork) -> tuple[Agent | None, str | None]:
+        return uow.session.get(Agent, agent_id), rebound_refusal(
+            uow.session, agent_id, body.public_key
+        )
+
+    agent, rebound = await rt.units.run(look)
+    if rebound is not None:
+        raise UnauthorizedError(ErrorReason.IDENTITY_REBOUND, rebound)
+    if agent is None or agent.nats_public_key != body.public_key or agent.revoked_at is not None:
+        raise UnauthorizedError(
+            ErrorReason.NOT_CURRENT_KEY,
+            "this key is not the current key of a live identity (released, rotated away or "
+            "revoked)",
+        )
+    return NatsCredentials(
+        agent_id=agent_id,
+        public_key=body.public_key,
+        nats_url=rt.agent_nats_url,
+        nats_jwt=await rt.agent_jwt(agent_id, body.public_key, agent.environment_id),
     )

@@ -47,7 +47,9 @@ def refusal(
         ErrorReason.IDENTITY_MISMATCH: f"{label} is held by agent {agent.id}; this machine "
         "does not present a matching value of every kind of identity evidence the record "
         f"carries (missing or different: {', '.join(sorted(missing)) or 'none'}; the DMI "
-        "product uuid is readable by root only)",
+        "product uuid is readable by root only). If this machine is to take the name over (its "
+        "evidence changed, or it replaces the old machine), free the record with "
+        "POST /api/v1/fleet/agents/{agentID}/release-identity: the next enrollment re-binds it",
     }.get(reason, f"{label} is held by agent {agent.id}")
     return EnrollmentConflictError(reason, message, agent_id=agent.id)
 

@@ -4,7 +4,7 @@ Every enrollment reads its install token, the record holding the name and the fa
 key, under the writer lock: as one fixed statement on the driver's connection
 (``db.DriverStatement``) — built and run through SQLAlchemy, the three reads cost several times
 what the database does (docs/performance.md). The checks on what was read stay in
-``services.enrollment``; here only the token's own (known, not revoked, not expired).
+``identities.enrollment``; here only the token's own (known, not revoked, not expired).
 """
 
 from __future__ import annotations
