@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.commands import LEDGER_FILE, Outcome
+from agent.commands import Outcome
+from agent.ledger import LEDGER_FILE
 from agent.runtime import AgentRuntime
 from agent.selfupdate.failures import FailedStep, UpdateFailure, failure_fields, failure_kind
 from agent.selfupdate.marker import MarkerStore, Phase, new_marker

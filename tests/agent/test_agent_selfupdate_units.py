@@ -356,7 +356,7 @@ def test_a_kill_between_backup_and_install_leaves_the_old_program_runnable(
 def test_a_missing_program_is_restored_from_its_backup_at_start(tmp_path: Path) -> None:
     """What an older build's install could leave (killed between its two renames): the next
     start gives the program's path its backup back before deciding anything."""
-    from agent.commands import CommandLedger
+    from agent.ledger import CommandLedger
     from agent.selfupdate.probation import settle_at_start
 
     marker, program = marker_in(tmp_path, Phase.INSTALLING)
