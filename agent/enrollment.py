@@ -27,9 +27,9 @@ from agent.health import Readiness
 from agent.kube_events import EventReason, PodEvents
 from agent.signals import read_signals
 from agent.state import AgentState, StateStore
-from contracts.agent_types import AgentType
 from contracts.durations import format_duration
 from contracts.enrollment import EnrollRequest, IdentitySignals, enrollment_message
+from contracts.vocabulary import AgentType
 
 __all__ = [
     "ENROLLMENT_KEY_FILE",

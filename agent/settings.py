@@ -33,9 +33,9 @@ from pydantic import (
 )
 
 from agent.errors import ConfigError
-from contracts.agent_types import AgentType
 from contracts.durations import parse_duration
 from contracts.slugs import is_dns_label, slugify
+from contracts.vocabulary import AgentType
 
 __all__ = ["AgentSettings", "LogFormat", "LogLevel", "build_settings", "parse_labels"]
 

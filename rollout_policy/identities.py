@@ -38,7 +38,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Final
 
-from contracts.vocabulary.agents import AgentStatus, AgentType
+from contracts.vocabulary import AgentStatus, AgentType
 from contracts.vocabulary.identities import ReleaseOutcome
 from contracts.vocabulary.reasons import ErrorReason
 from rollout_policy.ids import AgentId

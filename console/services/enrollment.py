@@ -49,7 +49,6 @@ from console.services.enrollment_facts import (
 from console.services.enrollment_refusals import record_conflict, refusal
 from console.services.rebinding import cancel_in_flight, rebound_refusal
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
-from contracts.agent_types import AgentType
 from contracts.enrollment import (
     EnrollRequest,
     EnrollResponse,
@@ -58,9 +57,9 @@ from contracts.enrollment import (
     enrollment_message_of,
     nats_credentials_message,
 )
-from contracts.vocabulary import ErrorReason
-from rollout_policy import AgentId
-from rollout_policy.identities import (
+from contracts.vocabulary import AgentType, ErrorReason
+from rollout_policy import (
+    AgentId,
     EnrollmentAction,
     EnrollmentClaim,
     HeldRecord,

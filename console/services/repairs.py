@@ -15,7 +15,7 @@ from sqlmodel import Session, col, select
 
 from console.models import Agent, AgentEvent, Cluster
 from contracts.vocabulary.versions import MAX_VERSION_LENGTH
-from rollout_policy.versions import try_parse_version
+from rollout_policy import try_parse_version
 
 __all__ = ["clear_out_of_bounds"]
 

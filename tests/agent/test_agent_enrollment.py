@@ -18,8 +18,8 @@ from agent.enrollment import Enroller, EnrollmentConfig, InstallToken
 from agent.health import Readiness
 from agent.httpclient import HttpRequest, HttpResponse, Transport
 from agent.state import StateStore
-from contracts.agent_types import AgentType
 from contracts.enrollment import EnrollRequest, enrollment_message_of, install_token_digest
+from contracts.vocabulary import AgentType
 from testkit.agent_state import verify
 from testkit.fake_console import answer
 from testkit.net import free_port

@@ -21,7 +21,7 @@ from agent.errors import BackendAnswerError
 from agent.health import Readiness
 from agent.httpclient import HttpRequest, HttpResponse, UrllibTransport, retry_after_seconds
 from agent.state import StateStore
-from contracts.agent_types import AgentType
+from contracts.vocabulary import AgentType
 from testkit.console import Identity
 from testkit.fixtures import ConsoleFactory
 

@@ -20,8 +20,8 @@ from agent.selfupdate.marker import MarkerStore, Phase, UpdateMarker, new_marker
 from agent.selfupdate.probation import StartDecision, decide_at_start
 from agent.selfupdate.program import FileOperationError, ProgramFiles, go_strerror
 from agent.selfupdate.signatures import SigningPublicKey, load_signing_key
-from contracts.agent_types import AgentType
 from contracts.messages import Command, CommandFailureKind, CommandKind, CommandStatus
+from contracts.vocabulary import AgentType
 from testkit.builds import ArtifactServer, Builds
 
 

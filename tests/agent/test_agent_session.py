@@ -12,8 +12,8 @@ import pytest
 from agent.runtime import AgentRuntime
 from agent.state import StateStore
 from contracts import subjects
-from contracts.agent_types import AgentType
 from contracts.messages import CommandResult, CommandStatus, Heartbeat, HostMetrics
+from contracts.vocabulary import AgentType
 from testkit.agent_state import new_seed, public_of
 from testkit.fake_console import answer
 from testkit.nats import NatsServer

@@ -1,0 +1,138 @@
+"""One vocabulary, one home each: every name below is defined in one place and reached one way,
+and these scans fail when a second definition or a second way in appears (the companion of
+``test_one_implementation.py``, which holds the rules' implementations).
+
+- ``AgentType``: ``contracts.vocabulary`` is its one spelling (a re-export shim made three);
+- the pure core: ``from rollout_policy import X``, its ``__all__`` and nothing else;
+- modules stay under 500 lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import pkgutil
+from pathlib import Path
+
+import rollout_policy
+from testkit import REPO
+
+PRODUCT = ("agent", "console", "flows", "contracts", "rollout_policy")
+CALLERS = (*PRODUCT, "testkit", "tests", "bench", "scripts")
+
+
+@functools.cache
+def parsed(*roots: str) -> dict[Path, ast.Module]:
+    """Every module under ``roots``, parsed once per run."""
+    found = {
+        path: ast.parse(path.read_text(), str(path))
+        for root in roots
+        for path in sorted((REPO / root).rglob("*.py"))
+    }
+    assert found, f"no sources under {roots}: the packages moved, update this test"
+    return found
+
+
+def where(path: Path, node: ast.AST) -> str:
+    return f"{path.relative_to(REPO)}:{getattr(node, 'lineno', '?')}"
+
+
+def imports(tree: ast.Module) -> list[tuple[ast.AST, str, list[str]]]:
+    """Each import as (node, module, the names it takes); ``import a.b`` takes no name."""
+    found: list[tuple[ast.AST, str, list[str]]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append((node, node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            found += [(node, a.name, []) for a in node.names]
+    return found
+
+
+# -- AgentType: contracts.vocabulary --------------------------------------------------------------
+
+
+def agent_type_spellings(sources: dict[Path, ast.Module]) -> list[str]:
+    """Every import of ``AgentType`` from anywhere but ``contracts.vocabulary``."""
+    return [
+        f"{where(path, node)} from {module}"
+        for path, tree in sources.items()
+        if "vocabulary" not in path.parent.name  # its home, and the package that exports it
+        for node, module, names in imports(tree)
+        if "AgentType" in names and module != "contracts.vocabulary"
+    ]
+
+
+def test_agent_type_is_imported_one_way():
+    """``contracts/agent_types.py`` re-exported the enum, so it was imported as
+    ``contracts.agent_types``, ``contracts.vocabulary.agents`` and ``contracts.vocabulary``."""
+    assert not (REPO / "contracts" / "agent_types.py").exists()
+    assert agent_type_spellings(parsed(*CALLERS)) == []
+
+
+def test_the_agent_type_scan_finds_a_second_spelling():
+    planted = ast.parse(
+        "from contracts.agent_types import AgentType\n"
+        "from contracts.vocabulary.agents import AgentStatus, AgentType\n"
+        "from contracts.vocabulary import AgentType\n"
+    )
+    assert len(agent_type_spellings({REPO / "planted.py": planted})) == 2
+
+
+# -- the pure core: rollout_policy's __all__ -------------------------------------------------------
+
+
+def submodule_imports(sources: dict[Path, ast.Module]) -> list[str]:
+    """Every reach past ``rollout_policy``'s surface from outside it: ``from rollout_policy.x
+    import …``, ``import rollout_policy.x``, ``from rollout_policy import x`` (a module)."""
+    modules = {m.name for m in pkgutil.iter_modules(rollout_policy.__path__)}
+    return [
+        f"{where(path, node)} {module} {names}"
+        for path, tree in sources.items()
+        if "rollout_policy" not in path.relative_to(REPO).parts[:1]
+        for node, module, names in imports(tree)
+        if module.startswith("rollout_policy.")
+        or (module == "rollout_policy" and modules & set(names))
+    ]
+
+
+def test_callers_reach_the_pure_core_through_its_surface_only():
+    """The pure core was imported two ways (``from rollout_policy import X`` and ``from
+    rollout_policy.waves import X``); the import-linter contract "one way into the pure core"
+    holds the same line."""
+    assert submodule_imports(parsed(*CALLERS)) == []
+
+
+def test_the_surface_scan_finds_a_second_way_in():
+    planted = ast.parse(
+        "from rollout_policy.waves import plan_waves\n"
+        "import rollout_policy.identities as identities\n"
+        "from rollout_policy import identities\n"
+        "from rollout_policy import plan_waves\n"
+        "import rollout_policy\n"
+    )
+    assert len(submodule_imports({REPO / "planted.py": planted})) == 3
+
+
+def test_the_surface_exports_every_public_name_of_its_modules():
+    """So no caller needs a module: what a module lists in ``__all__``, the package does."""
+    surface = set(rollout_policy.__all__)
+    missing = [
+        f"rollout_policy.{m.name}.{name}"
+        for m in pkgutil.iter_modules(rollout_policy.__path__)
+        for name in getattr(importlib.import_module(f"rollout_policy.{m.name}"), "__all__", ())
+        if name not in surface
+    ]
+    assert missing == []
+
+
+# -- module size ----------------------------------------------------------------------------------
+
+
+def test_product_modules_stay_under_500_lines():
+    long = {
+        str(path.relative_to(REPO)): n
+        for path in parsed(*PRODUCT)
+        if (n := len(path.read_text().splitlines())) >= 500 and "migrations" not in path.parts
+    }
+    assert long == {}
