@@ -4,7 +4,8 @@ and these scans fail when a second definition or a second way in appears (the co
 
 - ``AgentType``: ``contracts.vocabulary`` is its one spelling (a re-export shim made three);
 - the pure core: ``from rollout_policy import X``, its ``__all__`` and nothing else;
-- modules stay under 500 lines.
+- modules stay under 500 lines;
+- the ``agent`` extra: what the agent imports, so what its image ships.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ import ast
 import functools
 import importlib
 import pkgutil
+import re
+import sys
+import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import rollout_policy
@@ -136,3 +141,36 @@ def test_product_modules_stay_under_500_lines():
         if (n := len(path.read_text().splitlines())) >= 500 and "migrations" not in path.parts
     }
     assert long == {}
+
+
+# -- the agent extra: what the agent imports ------------------------------------------------------
+
+
+def third_party_imports(*roots: str) -> set[str]:
+    """The top-level modules outside the stdlib and the repo that ``roots`` import."""
+    own = {p.name for p in REPO.iterdir() if (p / "__init__.py").exists()}
+    return {
+        module.split(".")[0]
+        for tree in parsed(*roots).values()
+        for _node, module, _names in imports(tree)
+        if module.split(".")[0] not in sys.stdlib_module_names | own
+    }
+
+
+def test_the_agent_extra_lists_only_what_the_agent_imports():
+    """The ``agent`` extra pinned httpx and pydantic-settings, which the agent never imports
+    (it speaks HTTP through urllib, its settings are a plain pydantic model), so its image
+    shipped them; ``docker/agent-constraints.txt`` holds the extra's closure."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extra = {
+        re.split(r"[<>=!~\[; ]", r)[0].lower() for r in project["optional-dependencies"]["agent"]
+    }
+    provides: dict[str, set[str]] = {}
+    for module, dists in metadata.packages_distributions().items():
+        for dist in dists:
+            provides.setdefault(dist.lower(), set()).add(module)
+    imported = third_party_imports("agent", "contracts")
+    unused = sorted(name for name in extra if not provides.get(name, set()) & imported)
+    assert unused == []
+    pins = (REPO / "docker" / "agent-constraints.txt").read_text()
+    assert "httpx==" not in pins and "pydantic-settings==" not in pins
