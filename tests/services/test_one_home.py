@@ -174,3 +174,40 @@ def test_the_agent_extra_lists_only_what_the_agent_imports():
     assert unused == []
     pins = (REPO / "docker" / "agent-constraints.txt").read_text()
     assert "httpx==" not in pins and "pydantic-settings==" not in pins
+
+
+# -- data repairs: Alembic migrations, never a start-time sweep ---------------------------------
+
+
+def start_time_writes(tree: ast.Module) -> list[str]:
+    """Calls in ``ConsoleRuntime.start`` that write through a unit of work (``write=True``)."""
+    return [
+        ast.unparse(node)
+        for cls in tree.body
+        if isinstance(cls, ast.ClassDef) and cls.name == "ConsoleRuntime"
+        for method in cls.body
+        if isinstance(method, ast.AsyncFunctionDef) and method.name == "start"
+        for node in ast.walk(method)
+        if isinstance(node, ast.Call)
+        and any(k.arg == "write" and ast.unparse(k.value) == "True" for k in node.keywords)
+    ]
+
+
+def test_the_console_start_repairs_no_data_outside_alembic():
+    """Stored values over their bounds were cleared by a sweep at every Console start
+    (``console/services/repairs.py``); a data repair is a migration, run once."""
+    assert not (REPO / "console" / "services" / "repairs.py").exists()
+    runtime = REPO / "console" / "runtime" / "__init__.py"
+    assert "migrate(" in runtime.read_text(), "the start runs the migrations"
+    assert start_time_writes(parsed("console")[runtime]) == []
+
+
+def test_the_start_time_write_scan_finds_a_sweep():
+    planted = ast.parse(
+        "class ConsoleRuntime:\n"
+        "    async def start(self):\n"
+        "        await self.units.run(lambda uow: sweep(uow.session), write=True)\n"
+    )
+    assert start_time_writes(planted) == [
+        "self.units.run(lambda uow: sweep(uow.session), write=True)"
+    ]
