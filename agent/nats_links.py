@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-from agent.backoff import Backoff
+from contracts.backoff import Backoff
 
 __all__ = ["ReconnectPolicy", "describe_error", "display_url", "first_of", "returning"]
 

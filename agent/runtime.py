@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from agent import __version__
 from agent.backend import BackendClient
-from agent.backoff import Backoff
 from agent.collector_factory import CollectorFactory, default_collectors
 from agent.collectors import Collector, collector_loop, heartbeat_fields
 from agent.commands import CommandDispatcher, CredentialRotation, ping_handler
@@ -49,6 +48,7 @@ from agent.selfupdate.handover import ExecRequest
 from agent.session import NatsSession, ReconnectPolicy
 from agent.settings import AgentSettings, setting_label
 from agent.state import AgentState, StateStore
+from contracts.backoff import Backoff
 from contracts.durations import format_duration
 from contracts.messages import CommandKind
 from contracts.vocabulary import ErrorReason

@@ -33,7 +33,6 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from agent.backoff import RetryLog
 from agent.credentials import public_key
 from agent.errors import IdentityRetiredError, NatsAuthorizationError, NatsConnectError
 from agent.health import Readiness
@@ -43,6 +42,7 @@ from agent.nats_links import first_of as _first
 from agent.renewal import refresh_if_expiring, renew_before_expiry
 from agent.state import StateStore
 from contracts import subjects
+from contracts.backoff import RetryLog
 from contracts.durations import format_duration
 
 __all__ = ["NatsSession", "ReconnectPolicy", "SessionState"]

@@ -211,3 +211,69 @@ def test_the_start_time_write_scan_finds_a_sweep():
     assert start_time_writes(planted) == [
         "self.units.run(lambda uow: sweep(uow.session), write=True)"
     ]
+
+
+# -- the back-off: contracts.backoff.Backoff ------------------------------------------------------
+
+# Not a back-off: the leader election waits its fixed retry period, jittered upwards as client-go
+# does, so a standby never renews later than the Lease's timing allows.
+FIXED_PERIOD = {"agent/cluster/election.py"}
+
+
+def growing_waits(path: Path, tree: ast.Module) -> list[str]:
+    """A wait computed to grow outside ``Backoff``: ``wait *= 2``, ``min(wait * 2, cap)``,
+    ``base ** attempt``, or a table of delays (``RETRY_DELAYS = (0.2, 0.5, 1.0)``)."""
+
+    def grows(node: ast.AST) -> bool:
+        return any(
+            isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult | ast.Pow)
+            for n in ast.walk(node)
+        )
+
+    def waity(name: str) -> bool:
+        return any(w in name.lower() for w in ("backoff", "delay", "wait", "step", "sleep"))
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Mult | ast.Pow):
+            if waity(ast.unparse(node.target)):
+                found.append(where(path, node))
+        elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+            if not any(waity(ast.unparse(t)) for t in targets):
+                continue
+            value = node.value
+            table = isinstance(value, ast.Tuple | ast.List) and len(value.elts) > 1
+            if table and all(isinstance(e, ast.Constant) for e in value.elts):
+                found.append(where(path, node))
+            elif isinstance(value, ast.Call) and ast.unparse(value.func) == "min" and grows(value):
+                found.append(where(path, node))
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            if "attempt" in ast.unparse(node.right):
+                found.append(where(path, node))
+    return found
+
+
+def test_every_retry_waits_with_the_one_backoff():
+    """Three back-offs grew waits their own way (the agent's ``Backoff``, the nats-server
+    supervisor's ``min(backoff * 2, 30.0)``, the Prefect client's table of delays); each now
+    names its knobs in a ``contracts.backoff.Backoff``."""
+    home = REPO / "contracts" / "backoff.py"
+    offenders = [
+        spot
+        for path, tree in parsed(*PRODUCT).items()
+        if path != home and str(path.relative_to(REPO)) not in FIXED_PERIOD
+        for spot in growing_waits(path, tree)
+    ]
+    assert offenders == []
+    assert growing_waits(home, parsed("contracts")[home]), "the home itself grows a wait"
+
+
+def test_the_backoff_scan_finds_a_second_backoff():
+    planted = ast.parse(
+        "backoff = min(backoff * 2, 30.0)\n"
+        "delay *= 2\n"
+        "RETRY_DELAYS = (0.2, 0.5, 1.0)\n"
+        "wait = base * 2 ** attempt\n"
+    )
+    assert len(growing_waits(REPO / "planted.py", planted)) == 4
