@@ -5,7 +5,10 @@ and these scans fail when a second definition or a second way in appears (the co
 - ``AgentType``: ``contracts.vocabulary`` is its one spelling (a re-export shim made three);
 - the pure core: ``from rollout_policy import X``, its ``__all__`` and nothing else;
 - modules stay under 500 lines;
-- the ``agent`` extra: what the agent imports, so what its image ships.
+- the ``agent`` extra: what the agent imports, so what its image ships;
+- the back-off: ``contracts.backoff.Backoff``;
+- data repairs: Alembic migrations, not a sweep at every start;
+- the agent's flags: built from ``AgentSettings``, each default written once.
 """
 
 from __future__ import annotations
@@ -15,13 +18,17 @@ import functools
 import importlib
 import pkgutil
 import re
+import subprocess
 import sys
 import tomllib
 from importlib import metadata
 from pathlib import Path
 
 import rollout_policy
+from agent.settings import default_text, flags, is_duration
+from contracts.durations import parse_duration
 from testkit import REPO
+from testkit.agents import agent_env
 
 PRODUCT = ("agent", "console", "flows", "contracts", "rollout_policy")
 CALLERS = (*PRODUCT, "testkit", "tests", "bench", "scripts")
@@ -277,3 +284,73 @@ def test_the_backoff_scan_finds_a_second_backoff():
         "wait = base * 2 ** attempt\n"
     )
     assert len(growing_waits(REPO / "planted.py", planted)) == 4
+
+
+# -- the agent's flags: AgentSettings -------------------------------------------------------------
+
+SENTINEL_HELP = """
+import sys
+from agent.settings import AgentSettings
+field = AgentSettings.model_fields["heartbeat_interval"]
+field.default, field.description = 42.0, "SENTINEL"
+from agent.cli import main
+main(["run", "--help"])
+"""
+
+
+def test_the_agent_cli_takes_each_flag_its_help_and_its_default_from_the_settings():
+    """Every agent CLI default was written in the settings and again in a help string; the
+    options are now built from the fields, so a changed field shows in ``--help`` unchanged."""
+    done = subprocess.run(
+        [sys.executable, "-c", SENTINEL_HELP],
+        env=agent_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "--heartbeat-interval <duration> SENTINEL (default 42s)" in text
+    for field, flag in flags().items():
+        assert flag.split("/")[0] in text, flag
+        assert f"[env: PROXIMA_{field.upper()}]" in text.replace("- ", "-"), field
+
+
+def written_defaults(tree: ast.Module) -> list[str]:
+    """Help text that states a default itself: ``"(default 30s)"``, ``help="… default 60s"``."""
+    return [
+        repr(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and re.search(r"default:? [\w/.]", node.value)
+    ]
+
+
+def test_the_agent_cli_writes_no_default_of_its_own():
+    cli = REPO / "agent" / "cli.py"
+    assert written_defaults(parsed("agent")[cli]) == []
+    planted = ast.parse('typer.Option("--metrics-interval", help=f"(default 60s) {env}")')
+    assert written_defaults(planted) == ["'(default 60s) '"]
+
+
+def test_the_agent_page_lists_every_flag_with_the_settings_default():
+    """``docs/agent.md``'s table of flags states each default in words a reader can use; it
+    must say what the settings do."""
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in (REPO / "docs" / "agent.md").read_text().splitlines()
+        if line.startswith("| `--")
+    ]
+    documented = {row[0].strip("`").split("/")[0]: row for row in rows}
+    assert set(documented) == set(flags().values())
+    for field, flag in flags().items():
+        _, variable, default, _meaning = documented[flag]
+        assert variable == f"`PROXIMA_{field.upper()}`"
+        shown = default_text(field)
+        if shown is None:
+            assert not default.startswith("`"), f"{flag}: the settings have no default"
+        elif is_duration(field):
+            assert parse_duration(default.strip("`")) == parse_duration(shown), flag
+        else:
+            assert default.strip("`") == shown, flag
