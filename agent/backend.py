@@ -15,7 +15,6 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from agent.backoff import honour_retry_after
 from agent.credentials import public_key, sign
 from agent.errors import BackendAnswerError, BackendUnreachableError
 from agent.httpclient import (
@@ -26,6 +25,7 @@ from agent.httpclient import (
     UrllibTransport,
     retry_after_seconds,
 )
+from contracts.backoff import honour_retry_after
 from contracts.enrollment import (
     EnrollRequest,
     EnrollResponse,
@@ -56,7 +56,7 @@ class BackendClient:
     """One Console base URL. ``transport`` replaces the network for tests.
 
     A 429 or 503 carrying ``Retry-After`` is asked again after that wait (capped, jittered:
-    ``agent.backoff.honour_retry_after``), at most ``busy_retries`` times per call; after that
+    ``contracts.backoff.honour_retry_after``), at most ``busy_retries`` times per call; after that
     the error carries ``retry_after`` so the caller's own retry loop honours it too."""
 
     def __init__(

@@ -7,21 +7,27 @@ its variable. Every failure exits non-zero with one line on stderr.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import sys
+from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated, Any, get_args
 
 import typer
 
 from agent import __version__
 from agent.errors import AgentError, EnvironmentProblemError, NotEnrolledError
-from agent.settings import DEFAULT_DATA_DIR, ENV_PREFIX
+from agent.settings import (
+    DEFAULT_DATA_DIR,
+    ENV_PREFIX,
+    AgentSettings,
+    default_text,
+    flags,
+    is_duration,
+)
 from contracts.cli_errors import run as run_cli
-
-if TYPE_CHECKING:
-    from agent.settings import AgentSettings
 
 __all__ = ["app", "main"]
 
@@ -35,207 +41,60 @@ app = typer.Typer(
 )
 
 
-def _env(name: str) -> str:
-    return f"[env: {ENV_PREFIX}{name}]"
+def _help(field: str) -> str:
+    """A flag's help from its setting: the description, the choices of an enum, the default
+    (shown once, from the field), the variable."""
+    info = AgentSettings.model_fields[field]
+    text = info.description or ""
+    if isinstance(info.annotation, type) and issubclass(info.annotation, StrEnum):
+        text += ": " + "|".join(member.value for member in info.annotation)
+    if (default := default_text(field)) is not None:
+        text += f" (default {default})"
+    return f"{text} [env: {ENV_PREFIX}{field.upper()}]"
 
 
-@app.command()
-def run(
-    agent_type: Annotated[
-        str | None,
-        typer.Option(
-            "--agent-type",
-            help=f"host|k8s-node-monitor|k8s-cluster-collector (default host) {_env('AGENT_TYPE')}",
-        ),
-    ] = None,
-    name: Annotated[
-        str | None,
-        typer.Option("--name", help=f"Agent name; default: the hostname {_env('AGENT_NAME')}"),
-    ] = None,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--data-dir",
-            help=f"Holds state.json (default /var/lib/proxima-agent) {_env('DATA_DIR')}",
-        ),
-    ] = None,
-    backend_url: Annotated[
-        str | None,
-        typer.Option("--backend-url", help=f"Console URL {_env('BACKEND_URL')}"),
-    ] = None,
-    install_token: Annotated[
-        str | None,
-        typer.Option(
-            "--install-token",
-            help=f"Install token (shows in ps: prefer env or file) {_env('INSTALL_TOKEN')}",
-        ),
-    ] = None,
-    install_token_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--install-token-file",
-            help=f"File with the install token, read per attempt {_env('INSTALL_TOKEN_FILE')}",
-        ),
-    ] = None,
-    host_root: Annotated[
-        Path | None,
-        typer.Option(
-            "--host-root",
-            help=f"Where the host's / is mounted (default /) {_env('HOST_ROOT')}",
-        ),
-    ] = None,
-    heartbeat_interval: Annotated[
-        str | None,
-        typer.Option(
-            "--heartbeat-interval", help=f"e.g. 30s, 5m (default 30s) {_env('HEARTBEAT_INTERVAL')}"
-        ),
-    ] = None,
-    metrics_interval: Annotated[
-        str | None,
-        typer.Option("--metrics-interval", help=f"(default 60s) {_env('METRICS_INTERVAL')}"),
-    ] = None,
-    host_metrics: Annotated[
-        bool | None,
-        typer.Option(
-            "--host-metrics/--no-host-metrics",
-            help=f"Publish host metrics (default on) {_env('HOST_METRICS')}",
-            show_default=False,
-        ),
-    ] = None,
-    health_host: Annotated[
-        str | None,
-        typer.Option("--health-host", help=f"(default 127.0.0.1) {_env('HEALTH_HOST')}"),
-    ] = None,
-    health_port: Annotated[
-        int | None,
-        typer.Option(
-            "--health-port", help=f"(default 8181; 0 picks a free port) {_env('HEALTH_PORT')}"
-        ),
-    ] = None,
-    log_level: Annotated[
-        str | None,
-        typer.Option("--log-level", help=f"debug|info|warning|error {_env('LOG_LEVEL')}"),
-    ] = None,
-    log_format: Annotated[
-        str | None,
-        typer.Option("--log-format", help=f"plain|json {_env('LOG_FORMAT')}"),
-    ] = None,
-    labels: Annotated[
-        str | None,
-        typer.Option("--labels", help=f"k=v,k=v {_env('LABELS')}"),
-    ] = None,
-    enroll_backoff_max: Annotated[
-        str | None,
-        typer.Option(
-            "--enroll-backoff-max",
-            help=f"Longest enrollment retry wait (default 60s) {_env('ENROLL_BACKOFF_MAX')}",
-        ),
-    ] = None,
-    nats_reconnect_wait: Annotated[
-        str | None,
-        typer.Option(
-            "--nats-reconnect-wait",
-            help=f"First wait before reconnecting (default 1s) {_env('NATS_RECONNECT_WAIT')}",
-        ),
-    ] = None,
-    nats_reconnect_max_wait: Annotated[
-        str | None,
-        typer.Option(
-            "--nats-reconnect-max-wait",
-            help=f"Longest wait between reconnects (default 30s) {_env('NATS_RECONNECT_MAX_WAIT')}",
-        ),
-    ] = None,
-    nats_reconnect_jitter: Annotated[
-        float | None,
-        typer.Option(
-            "--nats-reconnect-jitter",
-            help=f"Random share of each wait, 0-1 (default 0.2) {_env('NATS_RECONNECT_JITTER')}",
-        ),
-    ] = None,
-    result_ack_timeout: Annotated[
-        str | None,
-        typer.Option(
-            "--result-ack-timeout",
-            help=f"How long to wait for the Console to acknowledge a command result (default "
-            f"5s) {_env('RESULT_ACK_TIMEOUT')}",
-        ),
-    ] = None,
-    result_retry_max: Annotated[
-        str | None,
-        typer.Option(
-            "--result-retry-max",
-            help=f"Longest wait between sends of an unacknowledged result (default 30s) "
-            f"{_env('RESULT_RETRY_MAX')}",
-        ),
-    ] = None,
-    signing_public_key: Annotated[
-        str | None,
-        typer.Option(
-            "--signing-public-key",
-            help=f"Fleet build-signing key (base64url ed25519) {_env('SIGNING_PUBLIC_KEY')}",
-        ),
-    ] = None,
-    signing_public_key_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--signing-public-key-file",
-            help=f"File holding the signing key {_env('SIGNING_PUBLIC_KEY_FILE')}",
-        ),
-    ] = None,
-    program_path: Annotated[
-        Path | None,
-        typer.Option(
-            "--program-path",
-            help=f"The build self_update replaces (default: the running zipapp) "
-            f"{_env('PROGRAM_PATH')}",
-        ),
-    ] = None,
-    update_health_timeout: Annotated[
-        str | None,
-        typer.Option(
-            "--update-health-timeout",
-            help=f"How long a new build has to become healthy (default 60s) "
-            f"{_env('UPDATE_HEALTH_TIMEOUT')}",
-        ),
-    ] = None,
-) -> None:
+def _metavar(field: str) -> str:
+    if is_duration(field):
+        return "<duration>"
+    info = AgentSettings.model_fields[field]
+    kinds = set(get_args(info.annotation)) or {info.annotation}
+    for kind, name in ((Path, "<path>"), (int, "<int>"), (float, "<number>")):
+        if kind in kinds:
+            return name
+    return "<str>"
+
+
+def _option(field: str) -> inspect.Parameter:
+    """``--flag`` for setting ``field``, given as text (the settings parse it as they parse
+    its variable) or, for a switch, ``--x/--no-x``; ``None`` when not given."""
+    flag = flags()[field]
+    if AgentSettings.model_fields[field].annotation is bool:
+        option = typer.Option(f"{flag}/--no-{flag[2:]}", help=_help(field), show_default=False)
+        annotation: Any = Annotated[bool | None, option]
+    else:
+        option = typer.Option(flag, help=_help(field), metavar=_metavar(field))
+        annotation = Annotated[str | None, option]
+    return inspect.Parameter(
+        field, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation
+    )
+
+
+def run(**given: Any) -> None:
     """Enroll (once), then stay connected: heartbeats, host metrics, commands."""
     from agent.settings import build_settings
 
-    settings = build_settings(
-        agent_type=agent_type,
-        agent_name=name,
-        data_dir=data_dir,
-        backend_url=backend_url,
-        install_token=install_token,
-        install_token_file=install_token_file,
-        host_root=host_root,
-        heartbeat_interval=heartbeat_interval,
-        metrics_interval=metrics_interval,
-        host_metrics=host_metrics,
-        health_host=health_host,
-        health_port=health_port,
-        log_level=log_level,
-        log_format=log_format,
-        labels=labels,
-        enroll_backoff_max=enroll_backoff_max,
-        nats_reconnect_wait=nats_reconnect_wait,
-        nats_reconnect_max_wait=nats_reconnect_max_wait,
-        nats_reconnect_jitter=nats_reconnect_jitter,
-        result_ack_timeout=result_ack_timeout,
-        result_retry_max=result_retry_max,
-        signing_public_key=signing_public_key,
-        signing_public_key_file=signing_public_key_file,
-        program_path=program_path,
-        update_health_timeout=update_health_timeout,
-    )
-    _start(settings)
+    _start(build_settings(**given))
+
+
+# One option per flagged setting of AgentSettings: a flag, its help and its default are written
+# once, on the field.
+run.__signature__ = inspect.Signature([_option(field) for field in flags()])  # type: ignore[attr-defined]
+app.command()(run)
 
 
 def warn_misspelt_variables() -> None:
     import logging
 
-    from agent.settings import AgentSettings
     from contracts.settings_env import misspelt, variable_names
 
     for variable, meant in misspelt(os.environ, variable_names(AgentSettings)):
@@ -287,8 +146,7 @@ def _keep_websocket_client_out() -> None:
 @app.command()
 def status(
     data_dir: Annotated[
-        Path | None,
-        typer.Option("--data-dir", help=f"(default /var/lib/proxima-agent) {_env('DATA_DIR')}"),
+        str | None, typer.Option("--data-dir", help=_help("data_dir"), metavar="<path>")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
 ) -> None:
@@ -297,7 +155,7 @@ def status(
 
     # Only the data directory matters here: other (possibly broken) settings must not stop
     # an operator from reading the identity.
-    directory = data_dir or Path(os.environ.get(f"{ENV_PREFIX}DATA_DIR") or DEFAULT_DATA_DIR)
+    directory = Path(data_dir or os.environ.get(f"{ENV_PREFIX}DATA_DIR") or DEFAULT_DATA_DIR)
     store = StateStore(directory)
     state = store.read()
     if state is None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from agent.collectors import Collector
 from agent.settings import AgentSettings
 from agent.state import AgentState
-from contracts.agent_types import AgentType
+from contracts.vocabulary import AgentType
 
 __all__ = ["CollectorFactory", "default_collectors"]
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 from agent.heartbeat import Ticker, run_periodically
 from agent.session import NatsSession
 from agent.settings import AgentSettings
-from contracts.agent_types import AgentType
+from contracts.vocabulary import AgentType
 
 __all__ = [
     "Collector",

@@ -23,8 +23,8 @@ from typing import Protocol
 
 from pydantic import ValidationError
 
-from agent.backoff import Backoff, RetryLog
 from contracts import subjects
+from contracts.backoff import Backoff, RetryLog
 from contracts.durations import format_duration
 from contracts.messages import CommandResult, ResultAck, ResultAckOutcome
 

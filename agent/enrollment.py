@@ -19,7 +19,6 @@ from pathlib import Path
 from pydantic import SecretStr, ValidationError
 
 from agent.backend import BackendClient, EnrollAnswer
-from agent.backoff import RETRY_AFTER_CAP, Backoff, RetryLog, honour_retry_after
 from agent.credentials import new_seed, public_key, sign
 from agent.errors import AgentError, BackendAnswerError, BackendError
 from agent.files import write_atomic
@@ -27,9 +26,10 @@ from agent.health import Readiness
 from agent.kube_events import EventReason, PodEvents
 from agent.signals import read_signals
 from agent.state import AgentState, StateStore
-from contracts.agent_types import AgentType
+from contracts.backoff import RETRY_AFTER_CAP, Backoff, RetryLog, honour_retry_after
 from contracts.durations import format_duration
 from contracts.enrollment import EnrollRequest, IdentitySignals, enrollment_message
+from contracts.vocabulary import AgentType
 
 __all__ = [
     "ENROLLMENT_KEY_FILE",

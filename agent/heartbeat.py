@@ -17,8 +17,8 @@ from typing import Any
 
 from agent.session import NatsSession
 from contracts import subjects
-from contracts.agent_types import AgentType
 from contracts.messages import Heartbeat
+from contracts.vocabulary import AgentType
 from contracts.vocabulary.commands import CommandFailureKind
 
 __all__ = ["HeartbeatInfo", "Ticker", "heartbeat_loop", "run_periodically"]

@@ -1,15 +1,16 @@
 """Small helpers of the NATS session: its reconnect policy, URLs fit for logs, error words,
-waiting on events."""
+waiting on events, the JWT callback."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-from agent.backoff import Backoff
+from contracts.backoff import Backoff
 
-__all__ = ["ReconnectPolicy", "describe_error", "display_url", "first_of"]
+__all__ = ["ReconnectPolicy", "describe_error", "display_url", "first_of", "returning"]
 
 
 @dataclass(frozen=True)
@@ -54,3 +55,12 @@ async def first_of(*events: asyncio.Event) -> None:
     finally:
         for waiter in waiters:
             waiter.cancel()
+
+
+def returning(value: bytes) -> Callable[[], bytes]:
+    """A callback that answers ``value`` (nats-py asks for the user JWT through one)."""
+
+    def get() -> bytes:
+        return value
+
+    return get

@@ -25,10 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from agent import __version__
 from agent.backend import BackendClient
-from agent.backoff import Backoff
 from agent.collector_factory import CollectorFactory, default_collectors
 from agent.collectors import Collector, collector_loop, heartbeat_fields
-from agent.commands import CommandDispatcher, CommandLedger, CredentialRotation, ping_handler
+from agent.commands import CommandDispatcher, CredentialRotation, ping_handler
 from agent.delivery import ResultDelivery
 from agent.enrollment import Enroller, EnrollmentConfig, InstallToken
 from agent.errors import (
@@ -43,11 +42,13 @@ from agent.health import HealthServer, Readiness
 from agent.heartbeat import HeartbeatInfo, heartbeat_loop
 from agent.host_metrics import use_host_procfs
 from agent.kube_events import PodEvents, events_config
+from agent.ledger import CommandLedger
 from agent.selfupdate.feature import SelfUpdateFeature
 from agent.selfupdate.handover import ExecRequest
 from agent.session import NatsSession, ReconnectPolicy
 from agent.settings import AgentSettings, setting_label
 from agent.state import AgentState, StateStore
+from contracts.backoff import Backoff
 from contracts.durations import format_duration
 from contracts.messages import CommandKind
 from contracts.vocabulary import ErrorReason

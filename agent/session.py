@@ -33,16 +33,16 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from agent.backoff import RetryLog
 from agent.credentials import public_key
 from agent.errors import IdentityRetiredError, NatsAuthorizationError, NatsConnectError
 from agent.health import Readiness
-from agent.nats_links import ReconnectPolicy, display_url
+from agent.nats_links import ReconnectPolicy, display_url, returning
 from agent.nats_links import describe_error as _describe
 from agent.nats_links import first_of as _first
 from agent.renewal import refresh_if_expiring, renew_before_expiry
 from agent.state import StateStore
 from contracts import subjects
+from contracts.backoff import RetryLog
 from contracts.durations import format_duration
 
 __all__ = ["NatsSession", "ReconnectPolicy", "SessionState"]
@@ -466,7 +466,7 @@ class NatsSession:
             "inbox_prefix": subjects.agent_inbox_prefix(self.agent_id),
             # The seed signs the server's nonce; the JWT (signed by the fleet account) says who
             # this key is and what it may do.
-            **({"user_jwt_cb": _constant(jwt.encode())} if jwt else {}),
+            **({"user_jwt_cb": returning(jwt.encode())} if jwt else {}),
             # Our supervisor reconnects; nats-py gets exactly one go per connect.
             "allow_reconnect": False,
             "max_reconnect_attempts": 1,
@@ -491,10 +491,3 @@ class NatsSession:
         finally:
             connecting = False
         return client, closed
-
-
-def _constant(value: bytes) -> Callable[[], bytes]:
-    def get() -> bytes:
-        return value
-
-    return get

@@ -17,6 +17,7 @@ import os
 import re
 import socket
 from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -33,11 +34,23 @@ from pydantic import (
 )
 
 from agent.errors import ConfigError
-from contracts.agent_types import AgentType
-from contracts.durations import parse_duration
+from contracts.durations import format_duration, parse_duration
 from contracts.slugs import is_dns_label, slugify
+from contracts.vocabulary import AgentType
 
-__all__ = ["AgentSettings", "LogFormat", "LogLevel", "build_settings", "parse_labels"]
+__all__ = [
+    "AgentSettings",
+    "Flag",
+    "LogFormat",
+    "LogLevel",
+    "build_settings",
+    "default_text",
+    "flag_of",
+    "flags",
+    "is_duration",
+    "parse_labels",
+    "setting_label",
+]
 
 ENV_PREFIX = "PROXIMA_"
 DEFAULT_DATA_DIR = Path("/var/lib/proxima-agent")
@@ -131,6 +144,15 @@ Urls = Annotated[tuple[str, ...], BeforeValidator(_parse_urls)]
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
+@dataclass(frozen=True)
+class Flag:
+    """Marks a setting ``proxima-agent run`` also takes as a flag (``agent.cli`` builds the
+    option from the field: its description is the help, its default the default shown).
+    ``spelling`` when the flag is not ``--<field-name>``."""
+
+    spelling: str | None = None
+
+
 def _environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """``PROXIMA_<FIELD>`` of every field that is set, by field name (any letter case)."""
     lowered = {k.lower(): v for k, v in (os.environ if environ is None else environ).items()}
@@ -152,35 +174,78 @@ class AgentSettings(BaseModel):
     def __init__(self, **values: Any) -> None:
         super().__init__(**{**_environment(), **values})
 
-    agent_type: AgentType = AgentType.HOST
-    agent_name: str | None = Field(default=None, description="default: the hostname")
-    data_dir: Path = DEFAULT_DATA_DIR
-    backend_url: str | None = None
-    install_token: SecretStr | None = None
-    install_token_file: Path | None = None
-    host_root: Path = Path("/")
+    agent_type: Annotated[AgentType, Flag()] = Field(
+        default=AgentType.HOST, description="Kind of agent"
+    )
+    agent_name: Annotated[str | None, Flag("--name")] = Field(
+        default=None, description="Agent name; default: the hostname"
+    )
+    data_dir: Annotated[Path, Flag()] = Field(
+        default=DEFAULT_DATA_DIR, description="Holds state.json"
+    )
+    backend_url: Annotated[str | None, Flag()] = Field(default=None, description="Console URL")
+    install_token: Annotated[SecretStr | None, Flag()] = Field(
+        default=None, description="Install token (shows in ps: prefer env or file)"
+    )
+    install_token_file: Annotated[Path | None, Flag()] = Field(
+        default=None, description="File with the install token, read per attempt"
+    )
+    host_root: Annotated[Path, Flag()] = Field(
+        default=Path("/"), description="Where the host's / is mounted"
+    )
     host_proc: Path | None = None
     host_sys: Path | None = None
-    heartbeat_interval: Duration = 30.0
-    metrics_interval: Duration = 60.0
-    host_metrics: bool = True
-    health_host: str = "127.0.0.1"
-    health_port: int = Field(default=8181, ge=0, le=65535)
-    log_level: LogLevel = LogLevel.INFO
-    log_format: LogFormat = LogFormat.PLAIN
-    labels: Labels = Field(default_factory=dict)
-    enroll_backoff_max: Duration = 60.0
-    nats_reconnect_wait: Duration = 1.0
-    nats_reconnect_max_wait: Duration = 30.0
-    nats_reconnect_jitter: float = Field(default=0.2, ge=0.0, le=1.0)
+    heartbeat_interval: Annotated[Duration, Flag()] = Field(
+        default=30.0, description="Time between heartbeats, e.g. 30s, 5m"
+    )
+    metrics_interval: Annotated[Duration, Flag()] = Field(
+        default=60.0, description="Time between host-metrics samples"
+    )
+    host_metrics: Annotated[bool, Flag()] = Field(default=True, description="Publish host metrics")
+    health_host: Annotated[str, Flag()] = Field(
+        default="127.0.0.1", description="Health server address"
+    )
+    health_port: Annotated[int, Flag()] = Field(
+        default=8181, ge=0, le=65535, description="Health server port; 0 picks a free port"
+    )
+    log_level: Annotated[LogLevel, Flag()] = Field(default=LogLevel.INFO, description="Log level")
+    log_format: Annotated[LogFormat, Flag()] = Field(
+        default=LogFormat.PLAIN, description="Log format"
+    )
+    labels: Annotated[Labels, Flag()] = Field(default_factory=dict, description="k=v,k=v")
+    enroll_backoff_max: Annotated[Duration, Flag()] = Field(
+        default=60.0, description="Longest enrollment retry wait"
+    )
+    nats_reconnect_wait: Annotated[Duration, Flag()] = Field(
+        default=1.0, description="First wait before reconnecting"
+    )
+    nats_reconnect_max_wait: Annotated[Duration, Flag()] = Field(
+        default=30.0, description="Longest wait between reconnects"
+    )
+    nats_reconnect_jitter: Annotated[float, Flag()] = Field(
+        default=0.2, ge=0.0, le=1.0, description="Random share of each wait, 0-1"
+    )
     # Command results are kept until the Console acknowledges them (agent.delivery): how long
     # to wait for an acknowledgement, and the longest pause between attempts.
-    result_ack_timeout: Duration = 5.0
-    result_retry_max: Duration = 30.0
-    signing_public_key: str | None = None
-    signing_public_key_file: Path | None = None
-    program_path: Path | None = None
-    update_health_timeout: Duration = 60.0
+    result_ack_timeout: Annotated[Duration, Flag()] = Field(
+        default=5.0,
+        description="How long to wait for the Console to acknowledge a command result",
+    )
+    result_retry_max: Annotated[Duration, Flag()] = Field(
+        default=30.0, description="Longest wait between sends of an unacknowledged result"
+    )
+    signing_public_key: Annotated[str | None, Flag()] = Field(
+        default=None, description="Fleet build-signing key (base64url ed25519)"
+    )
+    signing_public_key_file: Annotated[Path | None, Flag()] = Field(
+        default=None, description="File holding the signing key"
+    )
+    program_path: Annotated[Path | None, Flag()] = Field(
+        default=None, description="The build self_update replaces; default: the running zipapp"
+    )
+    update_health_timeout: Annotated[Duration, Flag()] = Field(
+        default=60.0, description="How long a new build has to become healthy"
+    )
     # Where self_update may download from besides the Console's own /api/v1/artifacts/, and
     # the largest build it downloads (refused on Content-Length, cut off past it).
     artifact_url_allow: Urls = ()
@@ -341,15 +406,48 @@ class AgentSettings(BaseModel):
         return socket.gethostname() or "localhost"
 
 
-_FLAGS = {
-    "agent_name": "--name",
-}
+def flag_of(field: str) -> str | None:
+    """The ``--flag`` of a setting, or ``None`` when only its variable sets it."""
+    info = AgentSettings.model_fields[field]
+    marks = [m for m in info.metadata if isinstance(m, Flag)]
+    if not marks:
+        return None
+    return marks[0].spelling or "--" + field.replace("_", "-")
+
+
+def flags() -> dict[str, str]:
+    """Every setting ``proxima-agent run`` takes as a flag, in order: field name → ``--flag``."""
+    return {name: flag for name in AgentSettings.model_fields if (flag := flag_of(name))}
+
+
+def default_text(field: str) -> str | None:
+    """A setting's default as an operator writes it (``30s``, ``on``, ``host``); ``None`` when it
+    has none to show (its description says what happens when unset)."""
+    info = AgentSettings.model_fields[field]
+    value = info.get_default(call_default_factory=True)
+    if value is None or value == {} or value == ():
+        return None
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, StrEnum):
+        return value.value
+    if is_duration(field):
+        return format_duration(value)
+    return str(value)
+
+
+def is_duration(field: str) -> bool:
+    """Whether a setting is a :data:`Duration` (``30s``, ``5m``; seconds once parsed)."""
+    info = AgentSettings.model_fields[field]
+    return any(isinstance(m, BeforeValidator) and m.func is _duration for m in info.metadata)
 
 
 def setting_label(field: str) -> str:
-    """How the operator spells ``field``: ``--heartbeat-interval / PROXIMA_HEARTBEAT_INTERVAL``."""
-    flag = _FLAGS.get(field, "--" + field.replace("_", "-"))
-    return f"{flag} / {ENV_PREFIX}{field.upper()}"
+    """How the operator spells ``field``: ``--heartbeat-interval / PROXIMA_HEARTBEAT_INTERVAL``,
+    or the variable alone for a setting with no flag (``PROXIMA_CLUSTER_NAME``)."""
+    variable = f"{ENV_PREFIX}{field.upper()}"
+    flag = flag_of(field) if field in AgentSettings.model_fields else None
+    return f"{flag} / {variable}" if flag else variable
 
 
 def build_settings(**cli_values: Any) -> AgentSettings:

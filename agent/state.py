@@ -26,7 +26,7 @@ from agent.errors import (
     StateVersionError,
 )
 from agent.files import set_aside, write_atomic
-from contracts.agent_types import AgentType
+from contracts.vocabulary import AgentType
 
 __all__ = ["SCHEMA_VERSION", "STATE_FILE", "AgentState", "StateStore", "public_key_of"]
 

@@ -242,12 +242,13 @@ async def _end(proc: asyncio.subprocess.Process) -> None:
 async def _respond(nats_url: str, data_dir: Path, durable: bool) -> None:
     """The agent's command path on an enrolled-style identity: session, dispatcher, ledger,
     delivery, the ``ping`` handler."""
-    from agent.backoff import Backoff
-    from agent.commands import CommandDispatcher, CommandLedger, ping_handler
+    from agent.commands import CommandDispatcher, ping_handler
     from agent.delivery import ResultDelivery
     from agent.health import Readiness
+    from agent.ledger import CommandLedger
     from agent.session import NatsSession, ReconnectPolicy
     from agent.state import AgentState, StateStore
+    from contracts.backoff import Backoff
     from contracts.vocabulary import AgentType
 
     agent_id, jwt, seed, client_id, environment_id = (

@@ -10,6 +10,8 @@ from typing import Any
 
 import httpx
 
+from contracts.backoff import Backoff
+
 log = logging.getLogger(__name__)
 
 # Prefect's own server answers 5xx while its database is busy (SQLite "database is locked" as a
@@ -19,7 +21,8 @@ log = logging.getLogger(__name__)
 # resume of a run no longer paused is refused by Prefect, not applied twice); creating a flow
 # run is not, since a 5xx may come after the run was made.
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
-RETRY_DELAYS = (0.2, 0.5, 1.0)
+RETRIES = 3
+RETRY_BACKOFF = Backoff(initial=0.2, maximum=1.0, multiplier=2.5, jitter=0.0)  # 0.2, 0.5, 1 s
 
 
 class PrefectApiError(RuntimeError):
@@ -54,12 +57,12 @@ class PrefectApi:
 
     @staticmethod
     async def _send(client: httpx.AsyncClient, method: str, url: str, **kw: Any) -> httpx.Response:
-        for delay in (*RETRY_DELAYS, None):
+        for attempt in range(RETRIES + 1):
             r = await client.request(method, url, **kw)
-            if r.status_code not in RETRY_STATUSES or delay is None:
+            if r.status_code not in RETRY_STATUSES or attempt == RETRIES:
                 return r
             log.info("prefect answered %s to %s %s: trying again", r.status_code, method, url)
-            await asyncio.sleep(delay)
+            await asyncio.sleep(RETRY_BACKOFF.delay(attempt))
         raise AssertionError("unreachable")
 
     async def start_deployment(self, name: str, parameters: dict[str, Any]) -> str:

@@ -3,9 +3,8 @@
 Only stdlib and pydantic live here: every process imports this package, so it must stay small.
 """
 
-from contracts.agent_types import AgentType
 from contracts.durations import DurationError, format_duration, parse_duration
 
-__all__ = ["AgentType", "DurationError", "format_duration", "parse_duration"]
+__all__ = ["DurationError", "format_duration", "parse_duration"]
 
 VERSION = "0.8.0"

@@ -17,7 +17,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
 from contracts.bounds import Labels, VersionText, text
-from contracts.vocabulary.agents import AgentType
+from contracts.vocabulary import AgentType
 from contracts.vocabulary.identities import EnrollmentAction, RebindHow
 
 Name = Annotated[

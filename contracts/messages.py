@@ -17,7 +17,7 @@ from contracts.bounds import (
     text,
 )
 from contracts.lenient import unknown_as_none
-from contracts.vocabulary.agents import AgentType
+from contracts.vocabulary import AgentType
 from contracts.vocabulary.commands import (
     CommandFailureKind,
     CommandKind,

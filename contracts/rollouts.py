@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from contracts.bounds import FINITE, Identifier, Labels, VersionRangeText, VersionText, text
-from contracts.vocabulary.agents import AgentType
+from contracts.vocabulary import AgentType
 from contracts.vocabulary.commands import CommandFailureKind
 from contracts.vocabulary.rollouts import (
     DEFAULT_CANARY_SIZE,

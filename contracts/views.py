@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from contracts.bounds import Identifier
 from contracts.enrollment import PublicKey
 from contracts.inventory import InventoryProblem
-from contracts.vocabulary.agents import AgentFlag, AgentStatus, AgentType
+from contracts.vocabulary import AgentFlag, AgentStatus, AgentType
 from contracts.vocabulary.identities import ReleaseOutcome
 from contracts.vocabulary.reasons import ErrorReason
 

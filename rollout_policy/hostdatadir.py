@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from contracts.vocabulary.agents import AgentType
+from contracts.vocabulary import AgentType
 from contracts.vocabulary.reasons import ErrorReason
 from rollout_policy.errors import MigrationInputError
 from rollout_policy.identities import DEFAULT_QUIET_WINDOW_SECONDS, is_quiet, rebind_refusals

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
-from contracts.vocabulary.agents import AgentStatus, AgentType
+from contracts.vocabulary import AgentStatus, AgentType
 from contracts.vocabulary.identities import EnrollmentAction, RebindHow, ReleaseOutcome
 from contracts.vocabulary.reasons import ErrorReason
 from rollout_policy.ids import AgentId

@@ -11,7 +11,7 @@ from pathlib import Path
 import nkeys
 
 from agent.state import AgentState, StateStore
-from contracts.agent_types import AgentType
+from contracts.vocabulary import AgentType
 
 
 def new_seed() -> str:

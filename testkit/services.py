@@ -40,7 +40,6 @@ from console.services.heartbeats import record_heartbeats
 from console.services.identities import enroll_agent
 from console.services.rollouts.results import RecordedResults, record_results
 from console.services.unit_of_work import UnitOfWork, UnitsOfWork
-from contracts.agent_types import AgentType
 from contracts.enrollment import (
     EnrollRequest,
     EnrollResponse,
@@ -48,6 +47,7 @@ from contracts.enrollment import (
     enrollment_message_of,
 )
 from contracts.messages import CommandKind, CommandResult, CommandStatus, Heartbeat
+from contracts.vocabulary import AgentType
 from testkit.console import b64
 
 __all__ = [

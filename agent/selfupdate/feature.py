@@ -14,8 +14,9 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from agent.commands import CommandDispatcher, CommandLedger, Handler, Outcome
+from agent.commands import CommandDispatcher, Handler, Outcome
 from agent.health import Readiness
+from agent.ledger import CommandLedger
 from agent.selfupdate.failures import failure_fields
 from agent.selfupdate.handover import ExecRequest
 from agent.selfupdate.marker import MarkerStore

@@ -27,9 +27,9 @@ from agent.selfupdate.marker import MarkerStore, UpdateMarker, new_marker
 from agent.selfupdate.program import ProgramFiles, self_update_blocker
 from agent.selfupdate.signatures import SigningPublicKey
 from agent.selfupdate.trial import run_trial
-from contracts.agent_types import AgentType
 from contracts.messages import Command, CommandStatus
 from contracts.rollouts import ArtifactRef, artifact_url_allowed
+from contracts.vocabulary import AgentType
 from contracts.vocabulary.commands import CommandFailureKind
 
 __all__ = ["MAX_ARTIFACT_BYTES", "SelfUpdater", "UpdateOutcome"]

@@ -37,8 +37,9 @@ from contracts.messages import CommandKind, CommandResult, CommandStatus
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from agent.commands import CommandDispatcher, CommandLedger
+    from agent.commands import CommandDispatcher
     from agent.health import Readiness
+    from agent.ledger import CommandLedger
 
 __all__ = [
     "Probation",

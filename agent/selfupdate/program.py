@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from contracts.agent_types import AgentType
+from contracts.vocabulary import AgentType
 from contracts.vocabulary.commands import CommandFailureKind
 
 __all__ = [

@@ -10,7 +10,7 @@ from limits import parse_many
 from pydantic import BeforeValidator, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from rollout_policy.identities import DEFAULT_QUIET_WINDOW_SECONDS, DEFAULT_STALE_AFTER_SECONDS
+from rollout_policy import DEFAULT_QUIET_WINDOW_SECONDS, DEFAULT_STALE_AFTER_SECONDS
 
 # PostgreSQL connections per Console. With 10, c=16 enrollments open an overflow connection (a
 # new server process) for ~30% of them; 24 kept open cost the Console more CPU per enrollment

@@ -5,9 +5,10 @@
   signal follows the *thread* that forked.
 - A server left by an earlier run (its pid in ``nats-server.pid``, its command line naming our
   config) is stopped before a new one starts, so the port is free.
-- :meth:`EmbeddedNats.supervise` starts it again when it dies, with a backoff (0.5 s doubling to
-  30 s), logging once per transition. The account JWTs it learnt live in its resolver directory;
-  the Console pushes them all again whenever its system connection reconnects anyway.
+- :meth:`EmbeddedNats.supervise` starts it again when it dies, with a back-off
+  (``RESTART_BACKOFF``: 0.5 s doubling to 30 s), logging once per transition. The account JWTs it
+  learnt live in its resolver directory; the Console pushes them all again whenever its system
+  connection reconnects anyway.
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ import sys
 import time
 from pathlib import Path
 
+from contracts.backoff import Backoff
+
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
+RESTART_BACKOFF = Backoff(initial=0.5, maximum=30.0, multiplier=2.0, jitter=0.0)
 
 
 class NatsServerError(RuntimeError):
@@ -173,7 +177,7 @@ class EmbeddedNats:
 
     async def supervise(self, poll_seconds: float = 0.2) -> None:
         """Start the server again whenever it dies, backing off while it keeps failing."""
-        backoff = 0.5
+        failures = 0
         while not self._stopping:
             await asyncio.sleep(poll_seconds)
             if self.process is None or self.process.poll() is None:
@@ -189,12 +193,12 @@ class EmbeddedNats:
                     await self.start()
                     self.restarts += 1
                     log.warning("nats-server running again (restart %d)", self.restarts)
-                    backoff = 0.5
+                    failures = 0
                     break
                 except NatsServerError as exc:
                     log.debug("nats-server restart failed: %s", exc)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 30.0)
+                    await asyncio.sleep(RESTART_BACKOFF.delay(failures))
+                    failures += 1
 
     def stop(self) -> None:
         self._stopping = True

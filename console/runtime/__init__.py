@@ -30,7 +30,6 @@ from console.ingest import ChunkLimits, Ingester
 from console.runtime.fleet_nats import FleetNats
 from console.services.maintenance import Maintenance
 from console.services.rate_limits import RateLimits
-from console.services.repairs import clear_out_of_bounds
 from console.services.unit_of_work import UnitsOfWork
 from contracts import subjects
 from contracts.bounds import Identifier
@@ -138,7 +137,6 @@ class ConsoleRuntime:
         s = self.settings
         _private_data(s.data_dir)
         await asyncio.to_thread(lambda: migrate(self.database_url, data_dir=s.data_dir))
-        await self.units.run(lambda uow: clear_out_of_bounds(uow.session), write=True)
         await self.fleet_nats.start(load_or_create_seed(s.data_dir / "console.nk"))
         self.nats_url = self.fleet_nats.url
         self.ingester.start()

@@ -10,6 +10,7 @@ from typing import Any, Final
 from sqlalchemy import Insert, func, insert
 from sqlmodel import Session, col, select
 
+import rollout_policy
 from console.auth import Principal
 from console.core.secrets import evidence_hash
 from console.errors import NotFoundError
@@ -24,7 +25,6 @@ from console.models import (
 from console.services.nats_keys import OPERATOR
 from contracts.enrollment import IdentitySignals
 from contracts.vocabulary import AgentStatus, ErrorReason
-from rollout_policy import identities
 
 
 def load_agent(session: Session, agent_id: str, principal: Principal, scope: str) -> Agent:
@@ -43,7 +43,7 @@ def seconds_since_seen(agent: Agent, now: datetime) -> float | None:
 
 def is_online(agent: Agent, *, stale_seconds: float, now: datetime) -> bool:
     """``rollout_policy.identities.is_online`` for a record (the one definition of "online")."""
-    return identities.is_online(
+    return rollout_policy.is_online(
         seconds_since_seen(agent, now),
         stale_after_seconds=stale_seconds,
         revoked=agent.revoked_at is not None,
@@ -53,7 +53,7 @@ def is_online(agent: Agent, *, stale_seconds: float, now: datetime) -> bool:
 
 def status(agent: Agent, *, stale_seconds: float, now: datetime) -> AgentStatus:
     """``rollout_policy.identities.agent_status`` for a record."""
-    return identities.agent_status(
+    return rollout_policy.agent_status(
         seconds_since_seen(agent, now),
         stale_after_seconds=stale_seconds,
         revoked=agent.revoked_at is not None,

@@ -30,12 +30,11 @@ from console.models import Agent, Cluster, ClusterInventory, InstallToken
 from console.schemas import ClusterCreate, Scope
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts import parse_duration
-from contracts.agent_types import AgentType
 from contracts.inventory import InventoryProblem, InventorySnapshot
 from contracts.slugs import is_dns_label, slugify
 from contracts.views import ClusterAgentView, ClusterView, ClusterWarningView
-from contracts.vocabulary import ErrorReason
-from rollout_policy.identities import is_online
+from contracts.vocabulary import AgentType, ErrorReason
+from rollout_policy import is_online
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,8 @@ from console.services.agent_records import load_agent
 from console.services.fleet_filters import flag_condition, label_condition, status_ranges
 from console.services.presenters import agent_detail, agent_public, refused_by_agent
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
-from contracts.agent_types import AgentType
 from contracts.views import AgentDetailView, AgentPage
-from contracts.vocabulary import AgentFlag, AgentStatus
+from contracts.vocabulary import AgentFlag, AgentStatus, AgentType
 
 TOTAL_COUNT_CAP: Final = 1_000
 """A page counts its matches up to this many (``total_capped`` past it): counting every match

@@ -18,7 +18,7 @@ from sqlmodel import col, select
 from console.models import Agent, AgentEvidence, NatsRevocation
 from console.services.agent_records import REBOUND_FLAG_SECONDS
 from contracts.vocabulary import AgentFlag, AgentStatus
-from rollout_policy.identities import online_cutoff
+from rollout_policy import online_cutoff
 
 __all__ = ["flag_condition", "label_condition", "status_condition", "status_ranges"]
 

@@ -27,10 +27,10 @@ from console.schemas import OnboardingChecklist, Scope
 from console.services import clusters
 from console.services.presenters import install_token_state
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
-from contracts.agent_types import AgentType
 from contracts.views import OnboardingCause as Cause
 from contracts.views import OnboardingCheck as Check
 from contracts.views import OnboardingStatus
+from contracts.vocabulary import AgentType
 
 __all__ = ["cluster_onboarding", "onboarding_status"]
 

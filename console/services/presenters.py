@@ -27,7 +27,7 @@ from contracts.views import (
     EvidenceView,
 )
 from contracts.vocabulary import AgentFlag, AgentType
-from rollout_policy.versions import try_parse_version
+from rollout_policy import try_parse_version
 
 
 def agent_flags(

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from console.web.forms import FieldErrors, Form, Loc, field_by_prefix
 from contracts.rollouts import ArtifactRef, RolloutCreate
 from contracts.vocabulary import FailureType, ThresholdAction
-from rollout_policy.defaults import (
+from rollout_policy import (
     DEFAULT_CANARY_SIZE,
     DEFAULT_CRITERION,
     DEFAULT_MIN_EXECUTED,

@@ -13,8 +13,7 @@ from typing import Final
 from contracts.views import AgentView
 from contracts.vocabulary import AgentFlag, AgentStatus, AgentType, ErrorReason
 from flows.reasons import parse_reason
-from rollout_policy import AgentId, MigrationRow, NodeClass
-from rollout_policy.identities import REBIND_REFUSALS, is_quiet
+from rollout_policy import REBIND_REFUSALS, AgentId, MigrationRow, NodeClass, is_quiet
 
 __all__ = [
     "RELEASE_CURES",

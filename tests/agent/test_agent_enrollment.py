@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from agent.backend import BackendClient
-from agent.backoff import Backoff, RetryLog
 from agent.enrollment import Enroller, EnrollmentConfig, InstallToken
 from agent.health import Readiness
 from agent.httpclient import HttpRequest, HttpResponse, Transport
 from agent.state import StateStore
-from contracts.agent_types import AgentType
+from contracts.backoff import Backoff, RetryLog
 from contracts.enrollment import EnrollRequest, enrollment_message_of, install_token_digest
+from contracts.vocabulary import AgentType
 from testkit.agent_state import verify
 from testkit.fake_console import answer
 from testkit.net import free_port

@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from agent.commands import LEDGER_FILE, Outcome
+from agent.commands import Outcome
+from agent.ledger import LEDGER_FILE
 from agent.runtime import AgentRuntime
 from agent.selfupdate.failures import FailedStep, UpdateFailure, failure_fields, failure_kind
 from agent.selfupdate.marker import MarkerStore, Phase, new_marker
 from agent.selfupdate.probation import StartAction, plan_at_start
 from agent.selfupdate.program import self_update_blocker
 from contracts import subjects
-from contracts.agent_types import AgentType
 from contracts.messages import Command, CommandFailureKind, CommandKind
+from contracts.vocabulary import AgentType
 from testkit.nats import NatsServer
 from testkit.runtime import Inbox, enrolled, ready, running, send_command, settings
 from testkit.waiting import await_for

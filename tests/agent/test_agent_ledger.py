@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.commands import CommandLedger, LedgerFile, read_ledger
+from agent.ledger import CommandLedger, LedgerFile, read_ledger
 from contracts.messages import Command, CommandKind, CommandResult, CommandStatus
 
 

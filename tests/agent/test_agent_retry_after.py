@@ -15,13 +15,13 @@ import nkeys
 import pytest
 
 from agent.backend import BackendClient
-from agent.backoff import RETRY_AFTER_CAP, Backoff, honour_retry_after
 from agent.enrollment import Enroller, EnrollmentConfig, InstallToken
 from agent.errors import BackendAnswerError
 from agent.health import Readiness
 from agent.httpclient import HttpRequest, HttpResponse, UrllibTransport, retry_after_seconds
 from agent.state import StateStore
-from contracts.agent_types import AgentType
+from contracts.backoff import RETRY_AFTER_CAP, Backoff, honour_retry_after
+from contracts.vocabulary import AgentType
 from testkit.console import Identity
 from testkit.fixtures import ConsoleFactory
 

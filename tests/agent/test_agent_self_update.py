@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from agent.commands import read_ledger
+from agent.ledger import read_ledger
 from agent.state import AgentState
 from contracts import subjects
 from contracts.messages import CommandFailureKind, CommandResult, CommandStatus, Heartbeat

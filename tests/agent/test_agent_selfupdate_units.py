@@ -20,8 +20,8 @@ from agent.selfupdate.marker import MarkerStore, Phase, UpdateMarker, new_marker
 from agent.selfupdate.probation import StartDecision, decide_at_start
 from agent.selfupdate.program import FileOperationError, ProgramFiles, go_strerror
 from agent.selfupdate.signatures import SigningPublicKey, load_signing_key
-from contracts.agent_types import AgentType
 from contracts.messages import Command, CommandFailureKind, CommandKind, CommandStatus
+from contracts.vocabulary import AgentType
 from testkit.builds import ArtifactServer, Builds
 
 
@@ -356,7 +356,7 @@ def test_a_kill_between_backup_and_install_leaves_the_old_program_runnable(
 def test_a_missing_program_is_restored_from_its_backup_at_start(tmp_path: Path) -> None:
     """What an older build's install could leave (killed between its two renames): the next
     start gives the program's path its backup back before deciding anything."""
-    from agent.commands import CommandLedger
+    from agent.ledger import CommandLedger
     from agent.selfupdate.probation import settle_at_start
 
     marker, program = marker_in(tmp_path, Phase.INSTALLING)

@@ -12,8 +12,8 @@ import pytest
 from agent.runtime import AgentRuntime
 from agent.state import StateStore
 from contracts import subjects
-from contracts.agent_types import AgentType
 from contracts.messages import CommandResult, CommandStatus, Heartbeat, HostMetrics
+from contracts.vocabulary import AgentType
 from testkit.agent_state import new_seed, public_of
 from testkit.fake_console import answer
 from testkit.nats import NatsServer
@@ -242,7 +242,7 @@ async def test_a_result_is_kept_and_resent_until_acknowledged_even_across_a_rest
     """Broke: results were fire-and-forget (publish + flush to the server): one sent while the
     Console was not consuming was lost. Now it stays in the ledger until the Console's answer,
     which comes only after its commit."""
-    from agent.commands import JOURNAL_FILE, read_ledger
+    from agent.ledger import JOURNAL_FILE, read_ledger
 
     def undelivered() -> list[str]:  # read only: the agent may be writing
         _, entries = read_ledger(tmp_path)

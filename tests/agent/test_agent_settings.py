@@ -8,7 +8,7 @@ import pytest
 
 from agent.errors import ConfigError
 from agent.settings import build_settings, parse_labels
-from contracts.agent_types import AgentType
+from contracts.vocabulary import AgentType
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ from agent.errors import (
 )
 from agent.files import write_atomic
 from agent.state import StateStore
-from contracts.agent_types import AgentType
+from contracts.vocabulary import AgentType
 from testkit.agent_state import make_state, write_state
 from testkit.agents import agent_env, run_cli
 

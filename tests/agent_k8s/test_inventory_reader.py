@@ -18,8 +18,8 @@ from agent.cluster.client import ClientConfigError, make_api_client
 from agent.cluster.kinds import KINDS
 from agent.settings import AgentSettings
 from contracts import subjects
-from contracts.agent_types import AgentType
 from contracts.inventory import InventoryProblem, assemble, split_chunk
+from contracts.vocabulary import AgentType
 from contracts.vocabulary.inventory import InventoryProblemKind
 from testkit.agent_state import make_state
 from testkit.kube import FleetSpec, KubeApiDouble, objects, seed_fleet

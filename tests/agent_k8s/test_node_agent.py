@@ -150,7 +150,7 @@ from agent.runtime import AgentRuntime
 from agent.collector_factory import default_collectors
 from agent.settings import AgentSettings
 from testkit.agent_state import make_state
-from contracts.agent_types import AgentType
+from contracts.vocabulary import AgentType
 settings = AgentSettings(
     agent_type="k8s-node-monitor", kubelet_url="https://127.0.0.1:10250",
     data_dir={str(tmp_path)!r},

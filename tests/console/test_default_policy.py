@@ -7,7 +7,7 @@ from console.models import Rollout
 from console.services.rollouts.records import threshold_policy
 from console.web import rollout_form
 from contracts.rollouts import RolloutCreate
-from rollout_policy.defaults import (
+from rollout_policy import (
     DEFAULT_CANARY_SIZE,
     DEFAULT_CRITERION,
     DEFAULT_THRESHOLD_POLICY,

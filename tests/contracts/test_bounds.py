@@ -25,8 +25,7 @@ from contracts.inventory import (
 )
 from contracts.messages import CommandResult, Heartbeat
 from contracts.rollouts import RolloutCreate
-from rollout_policy.errors import VersionError
-from rollout_policy.versions import parse_version, try_parse_version
+from rollout_policy import VersionError, parse_version, try_parse_version
 
 VERSION_TEXT = TypeAdapter(VersionText)
 VERSIONISH = st.from_regex(

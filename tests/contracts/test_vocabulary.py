@@ -146,7 +146,6 @@ def test_wire_values_are_unchanged(enum: type, values: set[str]) -> None:
 
 
 def test_the_enums_have_one_home() -> None:
-    import contracts.agent_types
     import contracts.messages
     import contracts.rollouts
     import contracts.views
@@ -155,7 +154,7 @@ def test_the_enums_have_one_home() -> None:
     # The Console answers with contracts.views, which read the vocabulary's enums.
     assert contracts.views.AgentStatus is AgentStatus
     assert contracts.views.AgentFlag is AgentFlag
-    assert contracts.agent_types.AgentType is AgentType
+    assert contracts.messages.AgentType is AgentType
     assert contracts.messages.CommandStatus is CommandStatus
     assert contracts.rollouts.TargetStatus is TargetStatus
     assert rollout_policy.RolloutState is RolloutState

@@ -27,8 +27,7 @@ import httpx
 import psutil
 import pytest
 
-from rollout_policy import AgentId
-from rollout_policy.waves import PercentGrowth, WavePolicy, plan_waves
+from rollout_policy import AgentId, PercentGrowth, WavePolicy, plan_waves
 from testkit.agents import AgentProcess
 from testkit.builds import ArtifactServer, Builds
 from testkit.console import ConsoleFactory, ConsoleProcess

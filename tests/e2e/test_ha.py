@@ -32,8 +32,7 @@ from typing import Any
 import httpx
 import pytest
 
-from rollout_policy import AgentId
-from rollout_policy.waves import PercentGrowth, WavePolicy, plan_waves
+from rollout_policy import AgentId, PercentGrowth, WavePolicy, plan_waves
 from testkit import REPO
 from testkit.agents import AgentProcess
 from testkit.builds import Builds

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from contracts.vocabulary.rollouts import TargetStatus
-from rollout_policy import AgentId
-from rollout_policy.waves import PercentGrowth, WavePolicy, plan_waves
+from rollout_policy import AgentId, PercentGrowth, WavePolicy, plan_waves
 from testkit.agents import AgentProcess
 from testkit.builds import suite_signing_key
 from testkit.waiting import wait_for

@@ -3,7 +3,7 @@
 import pytest
 
 from contracts.vocabulary import DriverLostReason, RolloutState
-from rollout_policy.drivers import LIVE_RUN_STATES, driver_lost, resume_owed
+from rollout_policy import LIVE_RUN_STATES, driver_lost, resume_owed
 
 
 @pytest.mark.parametrize(

@@ -54,7 +54,7 @@ def test_importing_the_package_loads_no_pydantic_and_only_the_vocabulary_of_cont
     assert not [m for m in loaded if m.split(".")[0] in ("pydantic", "pydantic_core")]
     contracts = [m for m in loaded if m.split(".")[0] == "contracts"]
     # The package's __init__ (and what it imports) runs first; all of it is stdlib-only.
-    lean = {"contracts", "contracts.agent_types", "contracts.durations"}
+    lean = {"contracts", "contracts.durations"}
     assert all(m in lean or m.startswith("contracts.vocabulary") for m in contracts), contracts
 
 

@@ -18,8 +18,8 @@ from nacl.signing import SigningKey
 
 from agent.selfupdate.handler import SelfUpdater
 from agent.selfupdate.signatures import SigningPublicKey
-from contracts.agent_types import AgentType
 from contracts.messages import Command, CommandFailureKind, CommandKind, CommandStatus
+from contracts.vocabulary import AgentType
 from testkit.builds import (
     SUITE_SIGNING_SEED,
     ArtifactServer,

@@ -4,8 +4,8 @@ inventory — what the wizard and ``GET /api/v1/clusters/{slug}/onboarding`` bot
 from console.schemas import ClusterCreate, OnboardingStatus
 from console.services import clusters, tokens
 from console.services.onboarding import cluster_onboarding
-from contracts.agent_types import AgentType
 from contracts.inventory import InventorySnapshot
+from contracts.vocabulary import AgentType
 from testkit.services import AgentKey, InProcessConsole
 
 BACKEND = "https://console.invalid"

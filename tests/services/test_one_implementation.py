@@ -22,8 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import rollout_policy.hostdatadir
-import rollout_policy.identities as identities
+import rollout_policy
 from console.core.settings import ConsoleSettings
 from console.errors import ConflictError
 from console.services import fleet, published_settings
@@ -34,14 +33,15 @@ from contracts.rollouts import ArtifactRef, RolloutCreate
 from contracts.views import OnboardingStatus
 from contracts.vocabulary import AgentStatus, ErrorReason
 from contracts.vocabulary.identities import ReleaseOutcome
-from rollout_policy.defaults import DEFAULT_CRITERION, DEFAULT_ROLLOUT_POLICY
-from rollout_policy.identities import (
+from rollout_policy import (
+    DEFAULT_CRITERION,
     DEFAULT_QUIET_WINDOW_SECONDS,
+    DEFAULT_ROLLOUT_POLICY,
     EnrollmentAction,
     EnrollmentDecision,
+    PercentGrowth,
     ReleaseDecision,
 )
-from rollout_policy.waves import PercentGrowth
 from testkit import REPO
 from testkit.services import AgentKey, InProcessConsole, in_process_console, replace_everywhere
 
@@ -93,7 +93,7 @@ async def test_enrollment_and_its_dry_run_decide_with_decide_enrollment_and_the_
             refusal=ErrorReason.AGENT_REVOKED,  # never true here: only the sentinel says it
         )
 
-    replace_everywhere(monkeypatch.setattr, identities.decide_enrollment, sentinel)
+    replace_everywhere(monkeypatch.setattr, rollout_policy.decide_enrollment, sentinel)
     with pytest.raises(ConflictError) as refused:
         if dry_run:
             request = key.new_key().request(token, services.clock.now)
@@ -110,7 +110,7 @@ def test_the_migration_plan_refuses_re_binds_with_the_identity_rules(
     """``rollout_policy.hostdatadir`` plans with ``rebind_refusals`` and ``is_quiet``, not a copy;
     the hostDataDir flow plans with ``plan_hostdatadir_migration`` (read below)."""
     seen: list[str] = []
-    real_refusals, real_quiet = identities.rebind_refusals, identities.is_quiet
+    real_refusals, real_quiet = rollout_policy.rebind_refusals, rollout_policy.is_quiet
 
     def refusals(**facts):
         seen.append("rebind_refusals")
@@ -120,9 +120,9 @@ def test_the_migration_plan_refuses_re_binds_with_the_identity_rules(
         seen.append("is_quiet")
         return real_quiet(seconds, window)
 
-    assert replace_everywhere(monkeypatch.setattr, identities.rebind_refusals, refusals)
-    assert replace_everywhere(monkeypatch.setattr, identities.is_quiet, quiet)
-    hd = rollout_policy.hostdatadir
+    assert replace_everywhere(monkeypatch.setattr, rollout_policy.rebind_refusals, refusals)
+    assert replace_everywhere(monkeypatch.setattr, rollout_policy.is_quiet, quiet)
+    hd = rollout_policy
     node = hd.MigrationNode(
         name=hd.NodeName("node-1"),
         records=(
@@ -158,7 +158,7 @@ async def test_release_and_its_dry_run_decide_with_decide_release(
             record.agent_id, ReleaseOutcome.REFUSED, ErrorReason.IDENTITY_MISMATCH
         )
 
-    replace_everywhere(monkeypatch.setattr, identities.decide_release, sentinel)
+    replace_everywhere(monkeypatch.setattr, rollout_policy.decide_release, sentinel)
     with pytest.raises(ConflictError) as refused:
         await release(services.rt, services.principal, agent_id, dry_run=dry_run)
     assert refused.value.reason == ErrorReason.IDENTITY_MISMATCH
@@ -204,13 +204,13 @@ async def test_status_planning_and_rotation_use_is_online(
     services: InProcessConsole, monkeypatch: pytest.MonkeyPatch
 ):
     agent_id = await enrolled(services)  # online by every clock
-    replace_everywhere(monkeypatch.setattr, identities.is_online, lambda *a, **k: False)
+    replace_everywhere(monkeypatch.setattr, rollout_policy.is_online, lambda *a, **k: False)
     shown = await fleet.get_agent(services.rt, services.principal, agent_id)
     assert shown.status == AgentStatus.OFFLINE
     # the fleet list filters in SQL by the same rule's instant: rollout_policy's online_cutoff
     replace_everywhere(
         monkeypatch.setattr,
-        identities.online_cutoff,
+        rollout_policy.online_cutoff,
         lambda now, **k: now + timedelta(days=1),
     )
     listed = await fleet.list_agents(services.rt, services.principal, status=AgentStatus.OFFLINE)

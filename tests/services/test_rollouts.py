@@ -12,9 +12,7 @@ from console.services.rollouts.records import command_id_for
 from contracts.messages import CommandKind, CommandStatus
 from contracts.rollouts import ArtifactRef, CriterionSpec, RolloutCreate, RolloutPublic
 from contracts.vocabulary import ErrorReason, RolloutState, TargetStatus
-from rollout_policy import AgentId
-from rollout_policy.defaults import DEFAULT_CRITERION, DEFAULT_ROLLOUT_POLICY
-from rollout_policy.waves import plan_waves
+from rollout_policy import DEFAULT_CRITERION, DEFAULT_ROLLOUT_POLICY, AgentId, plan_waves
 from testkit.services import AgentKey, CommandSent, FlowResumed, FlowStarted, InProcessConsole
 
 ARTIFACT = ArtifactRef(

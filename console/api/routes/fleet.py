@@ -8,9 +8,8 @@ from console.api.deps import PrincipalDep, RuntimeDep
 from console.api.responses import errors
 from console.schemas import ReleaseAnswer, RotationResult
 from console.services import fleet, identities
-from contracts.agent_types import AgentType
 from contracts.views import AgentDetailView, AgentPage, AgentView
-from contracts.vocabulary import AgentFlag, AgentStatus
+from contracts.vocabulary import AgentFlag, AgentStatus, AgentType
 
 router = APIRouter(prefix="/api/v1/fleet/agents", tags=["fleet"])
 

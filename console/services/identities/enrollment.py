@@ -55,15 +55,14 @@ from console.services.identities.rebinding import (
     replace_evidence,
 )
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
-from contracts.agent_types import AgentType
 from contracts.enrollment import (
     EnrollRequest,
     EnrollResponse,
     enrollment_message_of,
 )
-from contracts.vocabulary import ErrorReason
-from rollout_policy import AgentId
-from rollout_policy.identities import (
+from contracts.vocabulary import AgentType, ErrorReason
+from rollout_policy import (
+    AgentId,
     EnrollmentAction,
     EnrollmentClaim,
     EnrollmentDecision,

@@ -11,7 +11,7 @@ from console.errors import ConflictError
 from console.models import Agent
 from console.services.agent_records import add_event
 from contracts.vocabulary import ErrorReason
-from rollout_policy.identities import EnrollmentClaim, HeldRecord, missing_evidence_kinds
+from rollout_policy import EnrollmentClaim, HeldRecord, missing_evidence_kinds
 
 __all__ = ["EnrollmentConflictError", "record_conflict", "refusal"]
 

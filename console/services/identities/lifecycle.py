@@ -48,8 +48,7 @@ from contracts.enrollment import (
 from contracts.messages import CommandKind
 from contracts.views import AgentView
 from contracts.vocabulary import ErrorReason, ReleaseOutcome
-from rollout_policy import AgentId
-from rollout_policy.identities import HeldRecord, decide_release
+from rollout_policy import AgentId, HeldRecord, decide_release
 
 
 def _held(agent: Agent, now: datetime) -> HeldRecord:

@@ -32,7 +32,7 @@ from console.services.rollouts.records import load, load_for
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.rollouts import Decision, RolloutPublic
 from contracts.vocabulary import DriverLostReason, ErrorReason, RolloutState
-from rollout_policy.drivers import driver_lost, resume_owed
+from rollout_policy import driver_lost, resume_owed
 
 __all__ = [
     "DriverCheck",

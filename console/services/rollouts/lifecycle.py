@@ -28,9 +28,9 @@ from contracts.rollouts import (
 )
 from contracts.vocabulary import ErrorReason, RolloutState
 from rollout_policy import (
+    PAUSED_RUN_STATE,
     RolloutEvent,
 )
-from rollout_policy.drivers import PAUSED_RUN_STATE
 
 log = logging.getLogger(__name__)
 

@@ -35,12 +35,15 @@ from rollout_policy import (
     AgentId,
     AgentSnapshot,
     EnvironmentId,
+    FactorGrowth,
+    PercentGrowth,
     RolloutPolicyError,
     Selector,
+    WavePolicy,
     evaluate_eligibility,
     parse_version_range,
+    plan_waves,
 )
-from rollout_policy.waves import FactorGrowth, PercentGrowth, WavePolicy, plan_waves
 
 log = logging.getLogger(__name__)
 

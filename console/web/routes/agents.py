@@ -19,8 +19,7 @@ from console.schemas import Scope
 from console.services import fleet, identities
 from console.web.deps import FormDep, RuntimeDep, ViewerDep, get_web
 from console.web.routing import PageRoute
-from contracts.agent_types import AgentType
-from contracts.vocabulary import AgentFlag, AgentStatus, ErrorReason
+from contracts.vocabulary import AgentFlag, AgentStatus, AgentType, ErrorReason
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 

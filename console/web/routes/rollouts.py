@@ -18,9 +18,8 @@ from console.web import rollout_form
 from console.web.deps import FormDep, RuntimeDep, Viewer, ViewerDep, get_web
 from console.web.forms import FORM_WIDE, FieldErrors
 from console.web.routing import PageRoute
-from contracts.agent_types import AgentType
 from contracts.rollouts import ArtifactRef, RolloutPublic
-from contracts.vocabulary import ErrorReason, FailureType
+from contracts.vocabulary import AgentType, ErrorReason, FailureType
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 

@@ -1,5 +1,8 @@
-"""Retry pacing shared by enrollment and the NATS session: exponential steps with jitter, and a
-rule for when a failing loop speaks up so a long outage never floods the log.
+"""The one back-off: exponential steps with every knob named (``initial``, ``maximum``,
+``multiplier``, ``jitter``), for every process that retries (the agent's enrollment, NATS
+session and result delivery; the Console's nats-server supervisor and its calls to Prefect);
+the agent's reading of a Console's ``Retry-After``; and a rule for when a failing loop speaks up
+so a long outage never floods the log. Stdlib only: the agent and the Console both import it.
 """
 
 from __future__ import annotations
