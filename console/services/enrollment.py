@@ -25,7 +25,6 @@ from console.core.clock import utcnow
 from console.core.secrets import evidence_hash
 from console.core.signatures import SignatureError, verify
 from console.errors import (
-    BadRequestError,
     ConflictError,
     ConsoleError,
     ForbiddenError,
@@ -137,20 +136,31 @@ class TokenUsedUpMeanwhile(Exception):
         self.max_uses = token.max_uses or 0
 
 
-def _check_signature(req: EnrollRequest, now: datetime, skew_seconds: float) -> None:
-    signed_at = req.signed_at if req.signed_at.tzinfo else req.signed_at.replace(tzinfo=now.tzinfo)
+def check_signed(
+    public_key: str,
+    message: bytes,
+    signature: str,
+    *,
+    signed_at: datetime,
+    now: datetime,
+    skew_seconds: float,
+) -> None:
+    """The one check of an agent's signed request (enrollment, NATS credentials): signed
+    within ``skew_seconds`` of the Console's clock, by ``public_key``. Either failure is an
+    authentication failure: 401 ``stale_signature`` or ``bad_signature``."""
+    signed_at = signed_at if signed_at.tzinfo else signed_at.replace(tzinfo=UTC)
     if abs((now - signed_at).total_seconds()) > skew_seconds:
-        raise BadRequestError(
+        raise UnauthorizedError(
             ErrorReason.STALE_SIGNATURE,
-            f"enrollment was signed at {signed_at.isoformat()}, more than {skew_seconds:g} s "
+            f"the request was signed at {signed_at.isoformat()}, more than {skew_seconds:g} s "
             "from the Console's clock: check the agent's clock",
         )
     try:
-        verify(req.public_key, enrollment_message_of(req), req.signature)
+        verify(public_key, message, signature)
     except SignatureError as exc:
-        raise BadRequestError(
+        raise UnauthorizedError(
             ErrorReason.BAD_SIGNATURE,
-            f"enrollment signature does not prove possession of the key: {exc.why}",
+            f"the signature does not prove possession of the key: {exc.why}",
         ) from exc
 
 
@@ -201,7 +211,14 @@ def enroll(
     now: datetime | None = None,
 ) -> EnrollOutcome:
     now = now or utcnow()
-    _check_signature(req, now, skew_seconds)
+    check_signed(
+        req.public_key,
+        enrollment_message_of(req),
+        req.signature,
+        signed_at=req.signed_at,
+        now=now,
+        skew_seconds=skew_seconds,
+    )
     facts = read_facts(session, req, now)
     token = facts.token
     existing = None if facts.holder_id is None else lock_holder(session, facts, req)
@@ -428,19 +445,16 @@ async def nats_credentials(
     rt: ServiceRuntime, agent_id: str, body: NatsCredentialsRequest
 ) -> NatsCredentials:
     """A fresh NATS user JWT for the agent's current key, proven by a signature of that key."""
-    now = utcnow()
-    signed_at = body.signed_at if body.signed_at.tzinfo else body.signed_at.replace(tzinfo=UTC)
-    if abs((now - signed_at).total_seconds()) > rt.settings.enroll_clock_skew_seconds:
-        raise BadRequestError(ErrorReason.STALE_SIGNATURE, "the request was signed too long ago")
-    message = nats_credentials_message(
-        agent_id=agent_id, public_key=body.public_key, signed_at=body.signed_at
+    check_signed(
+        body.public_key,
+        nats_credentials_message(
+            agent_id=agent_id, public_key=body.public_key, signed_at=body.signed_at
+        ),
+        body.signature,
+        signed_at=body.signed_at,
+        now=utcnow(),
+        skew_seconds=rt.settings.enroll_clock_skew_seconds,
     )
-    try:
-        verify(body.public_key, message, body.signature)
-    except SignatureError as exc:
-        raise UnauthorizedError(
-            ErrorReason.BAD_SIGNATURE, f"signature does not verify: {exc.why}"
-        ) from exc
 
     def look(uow: UnitOfWork) -> tuple[Agent | None, str | None]:
         return uow.session.get(Agent, agent_id), rebound_refusal(

@@ -16,16 +16,14 @@ from contracts.enrollment import (
     RotationAccepted,
     RotationProof,
 )
-from contracts.vocabulary import ErrorReason
-
-# A bad or stale proof is an authentication failure too (logged as ``auth_failed``).
-_BAD_PROOF = {ErrorReason.BAD_SIGNATURE, ErrorReason.STALE_SIGNATURE}
 
 router = APIRouter(prefix="/api/v1/agents", tags=["agents"])
 
 _ERRORS: dict[int | str, dict[str, object]] = {
-    400: {"model": ErrorBody, "description": "bad or stale signature"},
-    401: {"model": ErrorBody, "description": "install token invalid, expired, used up or revoked"},
+    401: {
+        "model": ErrorBody,
+        "description": "bad or stale signature; install token invalid, expired, used up or revoked",
+    },
     409: {"model": ErrorBody, "description": "the (environment, agent_type, name) is held"},
     422: {"model": ErrorBody, "description": "malformed request"},
 }
@@ -60,8 +58,8 @@ async def enroll_agent(req: EnrollRequest, runtime: RuntimeDep, request: Request
             guard=lambda uow: limits.count(uow, limits.enroll, source=source, token_prefix=prefix),
         )
     except ConsoleError as exc:
-        failed = exc.status == 401 or exc.reason in _BAD_PROOF
-        event = "auth_failed" if failed else "enroll_refused"
+        # a bad or stale signature is an authentication failure too: 401 like a bad token
+        event = "auth_failed" if exc.status == 401 else "enroll_refused"
         audit_refusal(event, surface="enroll", reason=exc.reason, **seen)
         raise
     audit(
