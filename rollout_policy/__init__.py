@@ -80,6 +80,7 @@ from rollout_policy.identities import (
 from rollout_policy.ids import AgentId, EnvironmentId, NodeName
 from rollout_policy.states import (
     EVENT_TARGETS,
+    HALTED_STATES,
     LEGAL_EVENTS,
     TERMINAL_STATES,
     EventKind,
@@ -132,6 +133,7 @@ __all__ = [
     "DEFAULT_THRESHOLD_POLICY",
     "DEFAULT_WAVE_POLICY",
     "EVENT_TARGETS",
+    "HALTED_STATES",
     "LEGAL_EVENTS",
     "NODE_MONITOR_TYPE",
     "TERMINAL_STATES",

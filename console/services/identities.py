@@ -24,7 +24,7 @@ from console.errors import (
     UnauthorizedError,
 )
 from console.models import Agent, CredentialRotation
-from console.schemas import ReleaseAnswer, RotationResult, Scope
+from console.schemas import ReleaseAnswer, RotationResult
 from console.services.agent_records import (
     add_event,
     is_online,
@@ -38,7 +38,7 @@ from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.enrollment import RotationAccepted, RotationProof, rotation_message
 from contracts.messages import CommandKind
 from contracts.views import AgentView
-from contracts.vocabulary import ErrorReason, ReleaseOutcome
+from contracts.vocabulary import ErrorReason, ReleaseOutcome, Scope
 from rollout_policy import AgentId
 from rollout_policy.identities import HeldRecord, decide_release
 

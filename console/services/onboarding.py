@@ -23,7 +23,7 @@ from sqlmodel import Session
 from console.auth import Principal
 from console.core.clock import utcnow
 from console.models import Agent, Cluster, InstallToken
-from console.schemas import OnboardingChecklist, Scope
+from console.schemas import OnboardingChecklist
 from console.services import clusters
 from console.services.presenters import install_token_state
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
@@ -31,6 +31,7 @@ from contracts.agent_types import AgentType
 from contracts.views import OnboardingCause as Cause
 from contracts.views import OnboardingCheck as Check
 from contracts.views import OnboardingStatus
+from contracts.vocabulary import Scope
 
 __all__ = ["cluster_onboarding", "onboarding_status"]
 

@@ -8,6 +8,7 @@ in the rest of ``contracts`` are built on it.
 - :mod:`~contracts.vocabulary.commands`: command kinds, statuses and failure kinds;
 - :mod:`~contracts.vocabulary.identities`: what release-identity does with a record;
 - :mod:`~contracts.vocabulary.inventory`: what kind of problem an inventory sync reports;
+- :mod:`~contracts.vocabulary.scopes`: :class:`Scope`, what an API token may do;
 - :mod:`~contracts.vocabulary.reasons`: :class:`ErrorReason`, every ``reason`` the system answers.
 """
 
@@ -28,6 +29,7 @@ from contracts.vocabulary.rollouts import (
     TargetStatus,
     ThresholdAction,
 )
+from contracts.vocabulary.scopes import Scope
 
 __all__ = [
     "AgentFlag",
@@ -43,6 +45,7 @@ __all__ = [
     "ReleaseOutcome",
     "ResultAckOutcome",
     "RolloutState",
+    "Scope",
     "TargetStatus",
     "ThresholdAction",
 ]

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from agent.errors import ConfigError
-from agent.settings import build_settings, parse_labels
+from agent.settings import build_settings
 from contracts.agent_types import AgentType
+from contracts.bounds import parse_labels
 
 
 @pytest.fixture(autouse=True)

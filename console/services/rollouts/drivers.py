@@ -26,12 +26,11 @@ from console.core.clock import utcnow
 from console.errors import ConflictError, GatewayTimeoutError
 from console.models import Rollout
 from console.prefect_api import PrefectApi, PrefectApiError, RunState
-from console.schemas import Scope
 from console.services.rollouts.reads import present
 from console.services.rollouts.records import load, load_for
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.rollouts import Decision, RolloutPublic
-from contracts.vocabulary import DriverLostReason, ErrorReason, RolloutState
+from contracts.vocabulary import DriverLostReason, ErrorReason, RolloutState, Scope
 from rollout_policy.drivers import driver_lost, resume_owed
 
 __all__ = [
