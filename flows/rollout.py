@@ -38,11 +38,12 @@ from prefect.flow_runs import pause_flow_run, suspend_flow_run
 from prefect.input import RunInput
 from prefect.states import Failed
 
-from contracts.rollouts import Decision, RolloutPublic
+from contracts.rollouts import RolloutPublic
 from contracts.vocabulary import RolloutState, TargetStatus
 from flows.console_client import ConsoleApiError, ConsoleClient
 from flows.settings import FlowSettings
 from rollout_policy import HALTED_STATES, TERMINAL_STATES, EventKind
+from rollout_policy.events import Decision
 
 FINAL = {s.value for s in TargetStatus if s.final}
 """Waiting for a human: resume or abort."""
@@ -51,7 +52,7 @@ FINAL = {s.value for s in TargetStatus if s.final}
 class StallDecision(RunInput):
     """What the operator decides when a rollout stalls or is paused."""
 
-    decision: Decision = Decision.RESUME
+    decision: Decision = EventKind.RESUME
     note: str = ""
 
 
@@ -171,7 +172,7 @@ def _decide(
     )
     decision = _wait_for_decision(r, timeout, poll)
     r = console.rollout(r.id, targets=False)
-    if decision is not None and decision.decision is Decision.ABORT:
+    if decision is not None and decision.decision is EventKind.ABORT:
         if r.state is not RolloutState.ABORTED:
             r = console.decide(r.id, EventKind.ABORT, decision.note or "aborted in Prefect")
         return r, False

@@ -21,10 +21,7 @@ from console.services.rollouts.records import (
     load_for,
 )
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
-from contracts.rollouts import (
-    Decision,
-    RolloutPublic,
-)
+from contracts.rollouts import RolloutPublic
 from contracts.vocabulary import ErrorReason, RolloutState, Scope
 from rollout_policy import EVENT_TARGETS, EventKind, RolloutEvent
 from rollout_policy.drivers import PAUSED_RUN_STATE
@@ -95,7 +92,7 @@ async def transition(
         flow_run = rollout.flow_run_id
         if action == EventKind.ABORT and flow_run and watched:
             uow.after_commit(
-                lambda: resume_run(settings.prefect_api_url, rollout_id, flow_run, Decision.ABORT)
+                lambda: resume_run(settings.prefect_api_url, rollout_id, flow_run, EventKind.ABORT)
             )
         return present(uow.session, rollout, with_targets=False)
 
@@ -103,7 +100,7 @@ async def transition(
     if action == EventKind.RESUME and run_state is not None and public.flow_run_id:
         assert settings.prefect_api_url
         answer = await PrefectApi(settings.prefect_api_url).resume(
-            public.flow_run_id, {"decision": Decision.RESUME.value}
+            public.flow_run_id, {"decision": EventKind.RESUME.value}
         )
         if not answer.accepted:
             await check_drivers(rt, [rollout_id])
