@@ -29,7 +29,7 @@ from agent.state import AgentState, StateStore
 from contracts.backoff import RETRY_AFTER_CAP, Backoff, RetryLog, honour_retry_after
 from contracts.durations import format_duration
 from contracts.enrollment import EnrollRequest, IdentitySignals, enrollment_message
-from contracts.vocabulary import AgentType
+from contracts.vocabulary import AgentType, ErrorReason
 
 __all__ = [
     "ENROLLMENT_KEY_FILE",
@@ -158,6 +158,10 @@ def _advice(error: BackendAnswerError) -> str:
         return (
             "the Console shows the conflict; it clears when the old record is re-bound or released"
         )
+    if error.reason == ErrorReason.STALE_SIGNATURE:
+        return "check this machine's clock: the Console refuses a request signed far from its own"
+    if error.reason == ErrorReason.BAD_SIGNATURE:
+        return "the Console could not verify the enrollment's signature"
     if error.status in (401, 403):
         return "check the install token (a fixed token Secret is picked up on the next attempt)"
     if 400 <= error.status < 500:

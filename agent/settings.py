@@ -34,6 +34,7 @@ from pydantic import (
 )
 
 from agent.errors import ConfigError
+from contracts.bounds import parse_labels
 from contracts.durations import format_duration, parse_duration
 from contracts.slugs import is_dns_label, slugify
 from contracts.vocabulary import AgentType
@@ -48,15 +49,12 @@ __all__ = [
     "flag_of",
     "flags",
     "is_duration",
-    "parse_labels",
     "setting_label",
 ]
 
 ENV_PREFIX = "PROXIMA_"
 DEFAULT_DATA_DIR = Path("/var/lib/proxima-agent")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_LABEL_LIMIT = 32
-_LABEL_PART_MAX = 63
 
 
 class LogLevel(StrEnum):
@@ -69,36 +67,6 @@ class LogLevel(StrEnum):
 class LogFormat(StrEnum):
     PLAIN = "plain"
     JSON = "json"
-
-
-def parse_labels(text: str | dict[str, str] | None) -> dict[str, str]:
-    """``k=v,k2=v2`` as a dict; empty text is no labels."""
-    if text is None:
-        return {}
-    if isinstance(text, dict):
-        pairs = list(text.items())
-    else:
-        pairs = []
-        for item in text.split(","):
-            item = item.strip()
-            if not item:
-                continue
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise ValueError(f"label {item!r} is not key=value")
-            pairs.append((key.strip(), value.strip()))
-    labels: dict[str, str] = {}
-    for key, value in pairs:
-        if not key:
-            raise ValueError("a label has an empty key")
-        if len(key) > _LABEL_PART_MAX or len(value) > _LABEL_PART_MAX:
-            raise ValueError(f"label {key!r}: keys and values are at most 63 characters")
-        if key in labels:
-            raise ValueError(f"label {key!r} is given twice")
-        labels[key] = value
-    if len(labels) > _LABEL_LIMIT:
-        raise ValueError(f"at most {_LABEL_LIMIT} labels, got {len(labels)}")
-    return labels
 
 
 def _duration(value: Any) -> float:

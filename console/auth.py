@@ -15,7 +15,7 @@ from console.core.clock import utcnow
 from console.core.secrets import token_hash
 from console.errors import ForbiddenError, UnauthorizedError
 from console.models import ApiToken
-from contracts.vocabulary import ErrorReason
+from contracts.vocabulary import ErrorReason, Scope
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,18 +26,18 @@ class Principal:
     environment_id: str
     scopes: frozenset[str]
 
-    def require(self, scope: str) -> None:
+    def require(self, scope: Scope) -> None:
         if scope not in self.scopes:
             raise ForbiddenError(
-                ErrorReason.MISSING_SCOPE, f"this API token lacks the {str(scope)!r} scope"
+                ErrorReason.MISSING_SCOPE, f"this API token lacks the {scope.value!r} scope"
             )
 
-    def require_on(self, scope: str, *, client_id: str, environment_id: str) -> None:
+    def require_on(self, scope: Scope, *, client_id: str, environment_id: str) -> None:
         self.require(scope)
         if client_id != self.client_id or environment_id != self.environment_id:
             raise ForbiddenError(
                 ErrorReason.WRONG_ENVIRONMENT,
-                f"this API token's {str(scope)!r} scope is bound to another client or environment",
+                f"this API token's {scope.value!r} scope is bound to another client or environment",
             )
 
 

@@ -8,7 +8,7 @@ from sqlmodel import Session, select
 
 from console.core.secrets import API_TOKEN_PREFIX, display_prefix, new_token, token_hash
 from console.models import ApiToken, Client, Environment
-from console.schemas import ALL_SCOPES
+from contracts.vocabulary import Scope
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +50,7 @@ def bootstrap(
         name=token_name,
         token_hash=token_hash(raw),
         prefix=display_prefix(raw),
-        scopes=list(ALL_SCOPES),
+        scopes=[str(s) for s in Scope],
     )
     session.add(token)
     session.commit()
@@ -61,6 +61,6 @@ def bootstrap(
         environment_name=env.name,
         token_id=token.id,
         token=raw,
-        scopes=list(ALL_SCOPES),
+        scopes=[str(s) for s in Scope],
         existed=existed,
     )

@@ -53,10 +53,10 @@ class Environment(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
 
 
-class ApiToken(SQLModel, table=True):
-    """A bearer token for people and flows. Only its SHA-256 is stored."""
-
-    __tablename__ = "api_token"
+class TokenBase(SQLModel):
+    """The columns every token table has: a secret shown once, of which only the SHA-256 is
+    stored, bound to a client and an environment, that expires, is revoked and was minted by
+    an API token."""
 
     id: str = Field(default_factory=new_id, primary_key=True, max_length=32)
     client_id: str = Field(foreign_key="client.id", index=True, max_length=32)
@@ -64,14 +64,22 @@ class ApiToken(SQLModel, table=True):
     name: str = Field(max_length=128)
     token_hash: str = Field(unique=True, max_length=64)
     prefix: str = Field(max_length=16)
-    scopes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
     expires_at: datetime | None = None
     revoked_at: datetime | None = None
     last_used_at: datetime | None = None
-    # The token that minted this one (None: made by ``console bootstrap``). Revoking a token
-    # revokes the tokens it minted, and theirs; a child's expiry is never later than its parent's.
+    # The API token that minted this one (None: made by ``console bootstrap``, or an install
+    # token made before migration 0010). Revoking a token revokes every token it minted, and
+    # theirs (``services.tokens``); a child's expiry is never later than its parent's.
     parent_id: str | None = Field(default=None, index=True, max_length=32)
+
+
+class ApiToken(TokenBase, table=True):
+    """A bearer token for people and flows, with its scopes."""
+
+    __tablename__ = "api_token"
+
+    scopes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
 
 
 class WebSession(SQLModel, table=True):
@@ -93,27 +101,15 @@ class WebSession(SQLModel, table=True):
     sealed: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
 
 
-class InstallToken(SQLModel, table=True):
-    """What an agent presents to enroll. Shown once; only its SHA-256 is stored."""
+class InstallToken(TokenBase, table=True):
+    """What an agent presents to enroll: bound to a cluster or not, used a counted number of
+    times."""
 
     __tablename__ = "install_token"
 
-    id: str = Field(default_factory=new_id, primary_key=True, max_length=32)
-    client_id: str = Field(foreign_key="client.id", index=True, max_length=32)
-    environment_id: str = Field(foreign_key="environment.id", index=True, max_length=32)
-    name: str = Field(max_length=128)
-    token_hash: str = Field(unique=True, max_length=64)
-    prefix: str = Field(max_length=16)
     cluster_slug: str | None = Field(default=None, max_length=63)
-    created_at: datetime = Field(default_factory=utcnow)
-    expires_at: datetime | None = None
     max_uses: int | None = None
     uses: int = 0
-    revoked_at: datetime | None = None
-    last_used_at: datetime | None = None
-    # The API token that minted it (None: made before migration 0010). Revoking that token, or
-    # any token above it, revokes this one too (``services.tokens``).
-    parent_id: str | None = Field(default=None, index=True, max_length=32)
 
 
 # The status index: the fleet list's status ranges name it to SQLite (``services.fleet``).

@@ -5,7 +5,6 @@ shape here only extends one (``OnboardingChecklist``, ``PublishedSettings``, ``R
 The web pages render these same models."""
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,20 +18,7 @@ from contracts.views import (
     OnboardingStatus,
     ReleaseDecision,
 )
-
-
-class Scope(StrEnum):
-    AGENTS_READ = "agents:read"
-    AGENTS_WRITE = "agents:write"
-    TOKENS_READ = "tokens:read"
-    TOKENS_WRITE = "tokens:write"
-    ROLLOUTS_READ = "rollouts:read"
-    ROLLOUTS_WRITE = "rollouts:write"
-    CLUSTERS_READ = "clusters:read"
-    CLUSTERS_WRITE = "clusters:write"
-
-
-ALL_SCOPES = [s.value for s in Scope]
+from contracts.vocabulary import Scope
 
 ShortName = Annotated[str, text(128, min_length=1)]
 
@@ -46,24 +32,30 @@ class InstallTokenCreate(BaseModel):
     cluster_slug: Annotated[str, text(63)] | None = None
 
 
-class InstallTokenPublic(BaseModel):
+class TokenPublic(BaseModel):
+    """What every token's answer shows (``console.models.TokenBase``, less the hash)."""
+
     id: str
     name: str
     prefix: str
     environment_id: str
-    cluster_slug: str | None
     created_at: datetime
     expires_at: datetime | None
-    max_uses: int | None
-    uses: int
     revoked_at: datetime | None
     last_used_at: datetime | None
-    state: str = Field(description="active, expired, used_up or revoked")
     parent_id: str | None = Field(
         default=None,
         description="The API token that minted this one; revoking it (or a token above it) "
-        "revoked this one too. None: made before that link was recorded.",
+        "revoked this one too. None: made by `console bootstrap`, or before that link was "
+        "recorded.",
     )
+
+
+class InstallTokenPublic(TokenPublic):
+    cluster_slug: str | None
+    max_uses: int | None
+    uses: int
+    state: str = Field(description="active, expired, used_up or revoked")
 
 
 class InstallTokenCreated(InstallTokenPublic):
@@ -78,22 +70,9 @@ class ApiTokenCreate(BaseModel):
     expires_in_seconds: Annotated[int, Field(gt=0, le=366 * 86400)] | None = None
 
 
-class ApiTokenPublic(BaseModel):
-    id: str
-    name: str
-    prefix: str
+class ApiTokenPublic(TokenPublic):
     client_id: str
-    environment_id: str
     scopes: list[str]
-    created_at: datetime
-    expires_at: datetime | None
-    revoked_at: datetime | None
-    last_used_at: datetime | None
-    parent_id: str | None = Field(
-        default=None,
-        description="The token that minted this one; revoking it revoked this one too. None: "
-        "made by `console bootstrap`.",
-    )
 
 
 class ApiTokenCreated(ApiTokenPublic):

@@ -9,7 +9,9 @@ within them); the Console's settings may only be stricter (``inventory_*`` for c
   ``rollout_policy.versions`` parses with), at most 64 characters;
 - :data:`Identifier`: ids, instance ids, sync ids, nonces: ``[A-Za-z0-9._:-]``, 1 to 128;
 - :func:`text`: free text of at most ``n`` characters, no NUL (PostgreSQL refuses it);
-- :data:`Labels`: an agent's labels (32 pairs of 63 characters, as enrollment accepts);
+- :data:`Labels`: an agent's labels (32 pairs of 63 characters, as enrollment accepts), and
+  :func:`parse_labels`, the one reader of their ``k=v,k2=v2`` text (settings, CLI, forms, the
+  agent-list filter);
 - :data:`Detail`: a small free-form map (64 keys) beside the facts of a message;
 - :data:`Seconds` and the other ``Annotated`` numbers: finite, never NaN or infinite.
 
@@ -17,6 +19,7 @@ Models that carry them set ``allow_inf_nan=False`` (:data:`FINITE`), so ``NaN`` 
 field is a validation error, not a number compared later.
 """
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, StringConstraints
@@ -27,6 +30,7 @@ __all__ = [
     "FINITE",
     "MAX_DETAIL_KEYS",
     "MAX_LABELS",
+    "MAX_LABEL_TEXT",
     "MAX_TEXT",
     "ClusterSlugText",
     "Count",
@@ -37,12 +41,14 @@ __all__ = [
     "Seconds",
     "VersionRangeText",
     "VersionText",
+    "parse_labels",
     "text",
 ]
 
 MAX_TEXT = 4096
 """The longest free text in a message (an error, a problem's message)."""
 MAX_LABELS = 32
+MAX_LABEL_TEXT = 63
 MAX_DETAIL_KEYS = 64
 
 FINITE = ConfigDict(allow_inf_nan=False)
@@ -75,9 +81,50 @@ ClusterSlugText = Annotated[
 ]
 """A cluster slug as a collector reports it: a DNS label today, up to 253 from old charts."""
 
-LabelText = Annotated[str, StringConstraints(max_length=63, pattern=_NO_NUL)]
+LabelText = Annotated[str, StringConstraints(max_length=MAX_LABEL_TEXT, pattern=_NO_NUL)]
 Labels = Annotated[dict[LabelText, LabelText], Field(max_length=MAX_LABELS)]
 """An agent's labels: what enrollment accepts, and so what heartbeats may report."""
+
+
+def parse_labels(text: str | Mapping[str, str] | None) -> dict[str, str]:
+    """``k=v,k2=v2`` as :data:`Labels`; spaces around keys and values are dropped, empty text
+    (and empty items) is no labels, a mapping is checked as it is. Strict and bounded: an item
+    that is not ``key=value``, an empty key, a key given twice, a key or value over
+    :data:`MAX_LABEL_TEXT` characters or holding NUL, or more than :data:`MAX_LABELS` labels
+    raises ``ValueError`` saying which."""
+    if text is None:
+        return {}
+    if isinstance(text, Mapping):
+        pairs = [(str(k), str(v)) for k, v in text.items()]
+    else:
+        pairs = []
+        for item in text.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(f"{item[:80]!r} is not key=value")
+            pairs.append((key.strip(), value.strip()))
+            if len(pairs) > MAX_LABELS:
+                break
+    labels: dict[str, str] = {}
+    for key, value in pairs:
+        if not key:
+            raise ValueError("a label has an empty key")
+        if len(key) > MAX_LABEL_TEXT or len(value) > MAX_LABEL_TEXT:
+            raise ValueError(
+                f"label {key[:80]!r}: keys and values are at most {MAX_LABEL_TEXT} characters"
+            )
+        if "\x00" in key or "\x00" in value:
+            raise ValueError(f"label {key[:80]!r} holds a NUL character")
+        if key in labels:
+            raise ValueError(f"label {key!r} is given twice")
+        labels[key] = value
+    if len(pairs) > MAX_LABELS:
+        raise ValueError(f"at most {MAX_LABELS} labels")
+    return labels
+
 
 Detail = Annotated[dict[Annotated[str, text(128)], Any], Field(max_length=MAX_DETAIL_KEYS)]
 """A small map beside the facts (a result's detail, a command's args, extra metrics)."""

@@ -6,7 +6,6 @@ these are only the wire shapes, shared by the Console's routes and the flows' ty
 
 from collections.abc import Iterable
 from datetime import datetime
-from enum import StrEnum
 from typing import Annotated, Any
 from urllib.parse import unquote, urlsplit
 
@@ -243,8 +242,3 @@ class DispatchResult(BaseModel):
     sent: int = Field(description="commands sent by this call")
     already_sent: int = Field(description="targets dispatched before: not sent again")
     refused: str | None = Field(default=None, description="why nothing was sent (state)")
-
-
-class Decision(StrEnum):
-    RESUME = "resume"
-    ABORT = "abort"

@@ -8,11 +8,11 @@ payloads against them. Unknown fields are ignored, so a newer Console's addition
 """
 
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from contracts.bounds import Identifier
+from contracts.bounds import Identifier, parse_labels, text
 from contracts.enrollment import PublicKey
 from contracts.inventory import InventoryProblem
 from contracts.vocabulary import AgentFlag, AgentStatus, AgentType
@@ -82,6 +82,47 @@ class AgentView(_View):
 
 
 AgentPage = Page[AgentView]
+
+MAX_LIST_PAGE = 1000
+"""The most agents one ``GET /api/v1/fleet/agents`` page holds."""
+
+
+def _labels_text(value: str) -> str:
+    parse_labels(value)  # refused here, with its reason, rather than matching nothing
+    return value
+
+
+class AgentFilter(BaseModel):
+    """Which agents ``GET /api/v1/fleet/agents`` lists, and which page: its query parameters,
+    what the service filters with, what the flows' client and the web page send. An empty
+    value is no filter (a form's "any")."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    agent_type: AgentType | None = None
+    status: AgentStatus | None = None
+    version: Annotated[str, text(64)] | None = Field(default=None, description="exact")
+    name: Annotated[str, text(253)] | None = Field(default=None, description="substring")
+    flag: AgentFlag | None = None
+    label: Annotated[str, text(2048), AfterValidator(_labels_text)] | None = Field(
+        default=None, description="k=v (or k=v,k2=v2: every one)"
+    )
+    limit: Annotated[int, Field(ge=1, le=MAX_LIST_PAGE)] = 100
+    offset: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
+
+    @field_validator("agent_type", "status", "version", "name", "flag", "label", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """``label`` as pairs every listed agent carries."""
+        return parse_labels(self.label)
+
+    def query(self) -> dict[str, str]:
+        """The query string's parameters: the filters set, and the page."""
+        return {k: str(v) for k, v in self.model_dump(mode="json", exclude_none=True).items()}
 
 
 class AgentEventView(_View):

@@ -9,7 +9,7 @@ the rest): no Console JSON reaches flow code as a dict. A 4xx/5xx raises
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 from pydantic import TypeAdapter
@@ -18,7 +18,9 @@ from contracts.audit import AuditRunCreate, AuditRunPublic
 from contracts.enrollment import ErrorBody
 from contracts.rollouts import ArtifactRef, DispatchResult, RolloutCreate, RolloutPublic
 from contracts.views import (
+    MAX_LIST_PAGE,
     AgentDetailView,
+    AgentFilter,
     AgentPage,
     AgentView,
     ClusterView,
@@ -27,15 +29,17 @@ from contracts.views import (
     OnboardingStatus,
     ReleaseDecision,
 )
-from contracts.vocabulary import AgentFlag, AgentStatus, AgentType, ErrorReason, ReleaseOutcome
+from contracts.vocabulary import ErrorReason, ReleaseOutcome
 from contracts.vocabulary.reasons import RELEASE_REFUSALS
 from flows.reasons import parse_reason
 from flows.settings import FlowSettings
+from rollout_policy import EventKind
 
-__all__ = ["ConsoleApiError", "ConsoleClient", "RolloutAction"]
+__all__ = ["DECISIONS", "ConsoleApiError", "ConsoleClient"]
 
-RolloutAction = Literal["pause", "resume", "abort", "complete"]
-"""The rollout decisions the Console serves at ``POST /api/v1/fleet/rollouts/{id}/{action}``."""
+DECISIONS = frozenset({EventKind.PAUSE, EventKind.RESUME, EventKind.ABORT, EventKind.COMPLETE})
+"""The rollout events the Console serves at ``POST /api/v1/fleet/rollouts/{id}/{event}``."""
+_WITH_REASON = frozenset({EventKind.PAUSE, EventKind.ABORT})
 
 _PUBLISHED_NAMES = {
     "quiet_window_seconds": "identity_quiet_seconds",
@@ -140,11 +144,13 @@ class ConsoleClient:
         )
 
     def decide(
-        self, rollout_id: str, action: RolloutAction, reason: str | None = None
+        self, rollout_id: str, action: EventKind, reason: str | None = None
     ) -> RolloutPublic:
-        body = {"reason": reason} if action in ("pause", "abort") else None
+        if action not in DECISIONS:
+            raise ValueError(f"the Console takes no {action!r} decision")
+        body = {"reason": reason} if action in _WITH_REASON else None
         return RolloutPublic.model_validate(
-            self._call("POST", f"/api/v1/fleet/rollouts/{rollout_id}/{action}", json=body)
+            self._call("POST", f"/api/v1/fleet/rollouts/{rollout_id}/{action.value}", json=body)
         )
 
     def restart_driver(self, rollout_id: str) -> RolloutPublic:
@@ -155,17 +161,9 @@ class ConsoleClient:
         )
 
     # fleet ----------------------------------------------------------------------------------
-    def agents(
-        self,
-        *,
-        agent_type: AgentType | None = None,
-        status: AgentStatus | None = None,
-        name: str | None = None,
-        flag: AgentFlag | None = None,
-    ) -> list[AgentView]:
-        """Every agent matching the filters (``name``: a substring), paging through the list."""
-        filters = {"agent_type": agent_type, "status": status, "name": name, "flag": flag}
-        params: dict[str, str | int] = {k: str(v) for k, v in filters.items() if v is not None}
+    def agents(self, filters: AgentFilter | None = None) -> list[AgentView]:
+        """Every agent matching ``filters``, paging through the list (its page is ignored)."""
+        asked = (filters or AgentFilter()).model_copy(update={"limit": MAX_LIST_PAGE})
         items: list[AgentView] = []
         offset = 0
         while True:
@@ -173,7 +171,7 @@ class ConsoleClient:
                 self._call(
                     "GET",
                     "/api/v1/fleet/agents",
-                    params={**params, "limit": 1000, "offset": offset},
+                    params=asked.model_copy(update={"offset": offset}).query(),
                 )
             )
             items.extend(page.items)

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
-from contracts.views import ReleaseDecision
+from contracts.views import AgentFilter, ReleaseDecision
 from contracts.vocabulary import AgentFlag, AgentType, ReleaseOutcome
 from flows.console_client import ConsoleApiError, ConsoleClient
 from flows.settings import FlowSettings
@@ -85,7 +85,9 @@ def identity_release(
     ids = list(agent_ids or [])
     if agent_type or name_contains or flag:
         with ConsoleClient(FlowSettings()) as console:
-            selected = console.agents(agent_type=agent_type, name=name_contains, flag=flag)
+            selected = console.agents(
+                AgentFilter(agent_type=agent_type, name=name_contains, flag=flag)
+            )
         ids += [a.id for a in selected if a.id not in ids]
     if not ids:
         log.warning("no agents selected")

@@ -39,7 +39,7 @@ from prefect.artifacts import (
 )
 from prefect.cache_policies import NO_CACHE
 
-from contracts.views import AgentView
+from contracts.views import AgentFilter, AgentView
 from contracts.vocabulary import AgentType, ReleaseOutcome
 from flows.console_client import ConsoleApiError, ConsoleClient
 from flows.helm import HelmCli, HelmRelease, HelmUpgrader, RenderApply, UpgradeResult
@@ -94,8 +94,8 @@ def read_records() -> list[AgentView]:
     """The host and node-monitor records of the token's environment."""
     with ConsoleClient(FlowSettings()) as console:
         return [
-            *console.agents(agent_type=AgentType.HOST),
-            *console.agents(agent_type=AgentType.K8S_NODE_MONITOR),
+            *console.agents(AgentFilter(agent_type=AgentType.HOST)),
+            *console.agents(AgentFilter(agent_type=AgentType.K8S_NODE_MONITOR)),
         ]
 
 
@@ -174,7 +174,7 @@ def wait_for_nodes(
 def _poll_nodes(console: ConsoleClient, progress: NodeProgress, log: RunLogger) -> bool:
     """One pass over the nodes still waiting; whether any node is new or changed state."""
     monitor = AgentType.K8S_NODE_MONITOR
-    records = by_name(console.agents(agent_type=monitor), monitor)
+    records = by_name(console.agents(AgentFilter(agent_type=monitor)), monitor)
     changed = False
     for node in progress.pending():
         verdict = progress.judge(node, records.get(node))

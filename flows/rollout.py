@@ -38,21 +38,20 @@ from prefect.flow_runs import pause_flow_run, suspend_flow_run
 from prefect.input import RunInput
 from prefect.states import Failed
 
-from contracts.rollouts import Decision, RolloutPublic
+from contracts.rollouts import RolloutPublic
 from contracts.vocabulary import RolloutState, TargetStatus
 from flows.console_client import ConsoleApiError, ConsoleClient
 from flows.settings import FlowSettings
+from rollout_policy import HALTED_STATES, TERMINAL_STATES, Decision, EventKind
 
 FINAL = {s.value for s in TargetStatus if s.final}
-ENDED = frozenset({RolloutState.ABORTED, RolloutState.SUCCEEDED, RolloutState.FAILED})
-HALTED = frozenset({RolloutState.STALLED, RolloutState.PAUSED})
 """Waiting for a human: resume or abort."""
 
 
 class StallDecision(RunInput):
     """What the operator decides when a rollout stalls or is paused."""
 
-    decision: Decision = Decision.RESUME
+    decision: Decision = EventKind.RESUME
     note: str = ""
 
 
@@ -172,12 +171,12 @@ def _decide(
     )
     decision = _wait_for_decision(r, timeout, poll)
     r = console.rollout(r.id, targets=False)
-    if decision is not None and decision.decision is Decision.ABORT:
+    if decision is not None and decision.decision is EventKind.ABORT:
         if r.state is not RolloutState.ABORTED:
-            r = console.decide(r.id, "abort", decision.note or "aborted in Prefect")
+            r = console.decide(r.id, EventKind.ABORT, decision.note or "aborted in Prefect")
         return r, False
-    if r.state in HALTED:
-        r = console.decide(r.id, "resume")
+    if r.state in HALTED_STATES:
+        r = console.decide(r.id, EventKind.RESUME)
     log.info("rollout %s resumed", r.id)
     return r, True
 
@@ -217,8 +216,8 @@ def fleet_rollout(
         assert isinstance(created, UUID)  # sync context: Prefect returns the id, not a coroutine
         progress_id = created
         wave = 0
-        while wave < len(r.waves) and r.state not in ENDED:
-            if r.state in HALTED:
+        while wave < len(r.waves) and r.state not in TERMINAL_STATES:
+            if r.state in HALTED_STATES:
                 r, go_on = _decide(console, r, decision_timeout_seconds, decision_poll_seconds)
                 if not go_on:
                     break
@@ -230,7 +229,7 @@ def fleet_rollout(
         r = console.rollout(rollout_id, targets=False)
         if r.state is RolloutState.RUNNING:
             try:
-                r = console.decide(rollout_id, "complete")
+                r = console.decide(rollout_id, EventKind.COMPLETE)
             except ConsoleApiError as exc:
                 log.error("could not complete rollout: %s", exc)
         update_progress_artifact(progress_id, _progress(r), description=_describe(r))

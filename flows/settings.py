@@ -3,16 +3,18 @@
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from contracts.vocabulary import Scope
+
 #: The scopes of the worker's ``PROXIMA_CONSOLE_TOKEN``: everything the five flows call, together
 #: (the audit reads rollouts; fleet-rollout drives them; identity-release and the migration release
 #: identities; enrollment-check and the migration read clusters). docs/flows.md lists exactly
 #: these, and the flow tests run with a token holding exactly these.
-WORKER_SCOPES: tuple[str, ...] = (
-    "agents:read",
-    "agents:write",
-    "clusters:read",
-    "rollouts:read",
-    "rollouts:write",
+WORKER_SCOPES: tuple[Scope, ...] = (
+    Scope.AGENTS_READ,
+    Scope.AGENTS_WRITE,
+    Scope.CLUSTERS_READ,
+    Scope.ROLLOUTS_READ,
+    Scope.ROLLOUTS_WRITE,
 )
 
 

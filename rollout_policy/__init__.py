@@ -59,6 +59,7 @@ from rollout_policy.errors import (
     VersionRangeError,
     WavePolicyError,
 )
+from rollout_policy.events import Decision
 from rollout_policy.hostdatadir import (
     NODE_MONITOR_TYPE,
     AgentRecord,
@@ -93,6 +94,7 @@ from rollout_policy.identities import (
 from rollout_policy.ids import AgentId, EnvironmentId, NodeName
 from rollout_policy.states import (
     EVENT_TARGETS,
+    HALTED_STATES,
     LEGAL_EVENTS,
     TERMINAL_STATES,
     EventKind,
@@ -149,6 +151,7 @@ __all__ = [
     "DEFAULT_WAVE_POLICY",
     "DEFAULT_WAVE_TIMEOUT_SECONDS",
     "EVENT_TARGETS",
+    "HALTED_STATES",
     "LEGAL_EVENTS",
     "LIVE_RUN_STATES",
     "NODE_MONITOR_TYPE",
@@ -159,6 +162,7 @@ __all__ = [
     "AgentRecord",
     "AgentSnapshot",
     "Comparison",
+    "Decision",
     "DuplicateAgentError",
     "EligibilityReport",
     "EnrollmentAction",

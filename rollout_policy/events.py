@@ -3,8 +3,9 @@ transitions). Apart from the state machine so that ``rollout_policy.errors`` can
 importing it: the errors sit below every other module of the package."""
 
 from enum import StrEnum
+from typing import Literal
 
-__all__ = ["EventKind"]
+__all__ = ["Decision", "EventKind"]
 
 
 class EventKind(StrEnum):
@@ -15,3 +16,8 @@ class EventKind(StrEnum):
     ABORT = "abort"
     COMPLETE = "complete"
     FAIL = "fail"
+
+
+Decision = Literal[EventKind.RESUME, EventKind.ABORT]
+"""What a halted rollout waits for from a person: the flow run's input when it pauses
+(``flows.rollout.StallDecision``), what the Console resumes a paused run with."""

@@ -34,6 +34,7 @@ from rollout_policy.events import EventKind
 
 __all__ = [
     "EVENT_TARGETS",
+    "HALTED_STATES",
     "LEGAL_EVENTS",
     "TERMINAL_STATES",
     "EventKind",
@@ -48,6 +49,9 @@ __all__ = [
 TERMINAL_STATES: frozenset[RolloutState] = frozenset(
     {RolloutState.ABORTED, RolloutState.SUCCEEDED, RolloutState.FAILED}
 )
+
+HALTED_STATES: frozenset[RolloutState] = frozenset({RolloutState.STALLED, RolloutState.PAUSED})
+"""Waiting for a decision: ``resume`` or ``abort``."""
 
 EVENT_TARGETS: Mapping[EventKind, RolloutState] = MappingProxyType(
     {

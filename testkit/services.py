@@ -34,7 +34,7 @@ from console.core.db import migrate
 from console.core.settings import ConsoleSettings
 from console.models import Agent
 from console.prefect_api import ResumeAnswer, RunState
-from console.schemas import ALL_SCOPES, InstallTokenCreate
+from console.schemas import InstallTokenCreate
 from console.services import tokens
 from console.services.heartbeats import record_heartbeats
 from console.services.identities import enroll_agent
@@ -47,7 +47,7 @@ from contracts.enrollment import (
     enrollment_message_of,
 )
 from contracts.messages import CommandKind, CommandResult, CommandStatus, Heartbeat
-from contracts.vocabulary import AgentType
+from contracts.vocabulary import AgentType, Scope
 from testkit.console import b64
 
 __all__ = [
@@ -477,7 +477,7 @@ def in_process_console(
             name="admin",
             client_id=made.client_id,
             environment_id=made.environment_id,
-            scopes=frozenset(ALL_SCOPES),
+            scopes=frozenset(Scope),
         )
         yield InProcessConsole(rt, clock, principal, made.client_name)
     finally:

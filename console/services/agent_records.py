@@ -24,10 +24,10 @@ from console.models import (
 )
 from console.services.nats_keys import OPERATOR
 from contracts.enrollment import IdentitySignals
-from contracts.vocabulary import AgentStatus, ErrorReason
+from contracts.vocabulary import AgentStatus, ErrorReason, Scope
 
 
-def load_agent(session: Session, agent_id: str, principal: Principal, scope: str) -> Agent:
+def load_agent(session: Session, agent_id: str, principal: Principal, scope: Scope) -> Agent:
     """The record, once the principal holds ``scope`` on its client and environment."""
     agent = session.get(Agent, agent_id)
     if agent is None:

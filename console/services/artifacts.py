@@ -27,12 +27,11 @@ from console.auth import Principal
 from console.core.builds import BuildFileError, parse_signing_key, stamped_version, verifies
 from console.errors import BadRequestError, ConflictError, NotFoundError
 from console.models import Artifact, ArtifactBlob
-from console.schemas import Scope
 from console.services.artifact_blobs import store_file, stream_blob
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.enrollment import Version
 from contracts.rollouts import HOSTED_ARTIFACTS_PATH, ArtifactRef, artifact_url_allowed
-from contracts.vocabulary import ErrorReason
+from contracts.vocabulary import ErrorReason, Scope
 from rollout_policy import VersionError, parse_version
 
 log = logging.getLogger(__name__)

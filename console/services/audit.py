@@ -9,10 +9,9 @@ from sqlmodel import Session, col, select
 from console.auth import Principal
 from console.errors import NotFoundError
 from console.models import AuditFinding, AuditRun
-from console.schemas import Scope
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.audit import AuditRunCreate, AuditRunPublic, Finding, Severity
-from contracts.vocabulary import ErrorReason
+from contracts.vocabulary import ErrorReason, Scope
 
 
 def _public(session: Session, run: AuditRun, with_findings: bool) -> AuditRunPublic:

@@ -27,13 +27,13 @@ from console.auth import Principal
 from console.core.clock import utcnow
 from console.errors import BadRequestError, ConflictError, NotFoundError
 from console.models import Agent, Cluster, ClusterInventory, InstallToken
-from console.schemas import ClusterCreate, Scope
+from console.schemas import ClusterCreate
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts import parse_duration
 from contracts.inventory import InventoryProblem, InventorySnapshot
 from contracts.slugs import is_dns_label, slugify
 from contracts.views import ClusterAgentView, ClusterView, ClusterWarningView
-from contracts.vocabulary import AgentType, ErrorReason
+from contracts.vocabulary import AgentType, ErrorReason, Scope
 from rollout_policy import is_online
 
 log = logging.getLogger(__name__)

@@ -14,13 +14,12 @@ from sqlmodel.sql.expression import SelectOfScalar
 from console.auth import Principal
 from console.core.clock import utcnow
 from console.models import ENV_LAST_SEEN, Agent, AgentEvidence, Environment
-from console.schemas import Scope
 from console.services.agent_records import load_agent
 from console.services.fleet_filters import flag_condition, label_condition, status_ranges
 from console.services.presenters import agent_detail, agent_public, refused_by_agent
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
-from contracts.views import AgentDetailView, AgentPage
-from contracts.vocabulary import AgentFlag, AgentStatus, AgentType
+from contracts.views import AgentDetailView, AgentFilter, AgentPage
+from contracts.vocabulary import Scope
 
 TOTAL_COUNT_CAP: Final = 1_000
 """A page counts its matches up to this many (``total_capped`` past it): counting every match
@@ -29,13 +28,9 @@ would make the cost of one page grow with the fleet."""
 
 def _filtered(
     principal: Principal,
+    filters: AgentFilter,
     *,
-    agent_type: AgentType | None,
     status: ColumnElement[bool] | None,
-    version: str | None,
-    name: str | None,
-    flag: AgentFlag | None,
-    label: str | None,
     now: datetime,
     stale_seconds: float,
 ) -> SelectOfScalar[str]:
@@ -43,18 +38,18 @@ def _filtered(
     the environment alone (an environment belongs to one client, checked once per page by
     ``_environment_is_callers``) so that indexes led by ``environment_id`` cover it."""
     query = select(Agent.id).where(Agent.environment_id == principal.environment_id)
-    if agent_type:
-        query = query.where(Agent.agent_type == agent_type.value)
-    if version:
-        query = query.where(Agent.version == version)
-    if name:
-        query = query.where(col(Agent.name).contains(name, autoescape=True))
+    if filters.agent_type:
+        query = query.where(Agent.agent_type == filters.agent_type.value)
+    if filters.version:
+        query = query.where(Agent.version == filters.version)
+    if filters.name:
+        query = query.where(col(Agent.name).contains(filters.name, autoescape=True))
     if status is not None:
         query = query.where(status)
-    if flag:
-        query = query.where(flag_condition(flag, now=now, stale_seconds=stale_seconds))
-    if label:
-        query = query.where(label_condition(label))
+    if filters.flag:
+        query = query.where(flag_condition(filters.flag, now=now, stale_seconds=stale_seconds))
+    for key, value in filters.labels.items():
+        query = query.where(label_condition(key, value))
     return query
 
 
@@ -110,21 +105,13 @@ def _page(
 
 
 async def list_agents(
-    rt: ServiceRuntime,
-    principal: Principal,
-    *,
-    agent_type: AgentType | None = None,
-    status: AgentStatus | None = None,
-    version: str | None = None,
-    name: str | None = None,
-    flag: AgentFlag | None = None,
-    label: str | None = None,
-    limit: int = 100,
-    offset: int = 0,
+    rt: ServiceRuntime, principal: Principal, filters: AgentFilter | None = None
 ) -> AgentPage:
     """One page of the caller's environment's agents, filtered, counted and cut in SQL in a
     stable order (type, name, id); status and flags computed for the page's records only."""
     principal.require(Scope.AGENTS_READ)
+    filters = filters or AgentFilter()
+    status, limit, offset = filters.status, filters.limit, filters.offset
     stale = rt.settings.agent_stale_seconds
 
     def work(uow: UnitOfWork) -> AgentPage:
@@ -132,17 +119,7 @@ async def list_agents(
         now = utcnow()
 
         def query(condition: ColumnElement[bool] | None) -> SelectOfScalar[str]:
-            return _filtered(
-                principal,
-                agent_type=agent_type,
-                status=condition,
-                version=version,
-                name=name,
-                flag=flag,
-                label=label,
-                now=now,
-                stale_seconds=stale,
-            )
+            return _filtered(principal, filters, status=condition, now=now, stale_seconds=stale)
 
         ranges = status_ranges(status, now=now, stale_seconds=stale) if status else []
         parts = [query(condition) for condition in ranges] or [query(None)]

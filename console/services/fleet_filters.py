@@ -83,10 +83,10 @@ def flag_condition(flag: AgentFlag, *, now: datetime, stale_seconds: float) -> C
     return true()
 
 
-def label_condition(label: str) -> ColumnElement[bool]:
-    """``k=v``: the record's label ``k`` is ``v`` (a JSON path both SQLite and PostgreSQL
-    evaluate; the key travels as a bound parameter)."""
-    key, _, value = label.partition("=")
+def label_condition(key: str, value: str) -> ColumnElement[bool]:
+    """The record's label ``key`` is ``value`` (a JSON path both SQLite and PostgreSQL
+    evaluate; the key travels as a bound parameter). ``contracts.bounds.parse_labels`` reads
+    the filter's ``k=v`` text."""
     labels: Any = col(Agent.labels)
     condition: ColumnElement[bool] = labels[key].as_string() == value
     return condition

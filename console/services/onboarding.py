@@ -23,14 +23,14 @@ from sqlmodel import Session
 from console.auth import Principal
 from console.core.clock import utcnow
 from console.models import Agent, Cluster, InstallToken
-from console.schemas import OnboardingChecklist, Scope
+from console.schemas import OnboardingChecklist
 from console.services import clusters
 from console.services.presenters import install_token_state
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.views import OnboardingCause as Cause
 from contracts.views import OnboardingCheck as Check
 from contracts.views import OnboardingStatus
-from contracts.vocabulary import AgentType
+from contracts.vocabulary import AgentType, Scope
 
 __all__ = ["cluster_onboarding", "onboarding_status"]
 

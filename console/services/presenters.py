@@ -165,34 +165,11 @@ def install_token_state(token: InstallToken, now: datetime) -> str:
 
 def install_token_public(token: InstallToken, now: datetime | None = None) -> InstallTokenPublic:
     now = now or utcnow()
-    return InstallTokenPublic(
-        id=token.id,
-        name=token.name,
-        prefix=token.prefix,
-        environment_id=token.environment_id,
-        cluster_slug=token.cluster_slug,
-        created_at=token.created_at,
-        expires_at=token.expires_at,
-        max_uses=token.max_uses,
-        uses=token.uses,
-        revoked_at=token.revoked_at,
-        last_used_at=token.last_used_at,
-        state=install_token_state(token, now),
-        parent_id=token.parent_id,
+    # the shared columns by name (``TokenBase`` / ``TokenPublic``), the hash left out
+    return InstallTokenPublic.model_validate(
+        {**token.model_dump(), "state": install_token_state(token, now)}
     )
 
 
 def api_token_public(t: ApiToken) -> ApiTokenPublic:
-    return ApiTokenPublic(
-        id=t.id,
-        name=t.name,
-        prefix=t.prefix,
-        client_id=t.client_id,
-        environment_id=t.environment_id,
-        scopes=list(t.scopes),
-        created_at=t.created_at,
-        expires_at=t.expires_at,
-        revoked_at=t.revoked_at,
-        last_used_at=t.last_used_at,
-        parent_id=t.parent_id,
-    )
+    return ApiTokenPublic.model_validate(t.model_dump())

@@ -26,13 +26,12 @@ from console.schemas import (
     InstallTokenCreate,
     InstallTokenCreated,
     InstallTokenPublic,
-    Scope,
     Whoami,
 )
 from console.services import clusters
 from console.services.presenters import api_token_public, install_token_public
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
-from contracts.vocabulary import ErrorReason
+from contracts.vocabulary import ErrorReason, Scope
 
 
 def require_token_reader(principal: Principal) -> None:

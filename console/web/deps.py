@@ -22,7 +22,7 @@ from console.web.errors import SignInRequired
 from console.web.forms import Form, check_csrf, read_form
 from console.web.sessions import SESSION_COOKIE, SessionStore, WebSession
 from console.web.templating import Templates
-from contracts.vocabulary import ErrorReason
+from contracts.vocabulary import ErrorReason, Scope
 
 __all__ = [
     "FormDep",
@@ -71,15 +71,14 @@ class Viewer:
     def token_name(self) -> str:
         return self.principal.name
 
-    def can(self, scope: str) -> bool:
+    def can(self, scope: Scope) -> bool:
         return scope in self.principal.scopes
 
-    def can_any(self, *scopes: str) -> bool:
+    def can_any(self, *scopes: Scope) -> bool:
         return any(s in self.principal.scopes for s in scopes)
 
-    def require(self, scope: str) -> None:
-        # str(): the API's message quotes the scope's repr, which for the enum is not its name.
-        self.principal.require(str(scope))
+    def require(self, scope: Scope) -> None:
+        self.principal.require(scope)
 
 
 def next_path(request: Request) -> str:

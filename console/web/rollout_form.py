@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from console.web.forms import FieldErrors, Form, Loc, field_by_prefix
+from contracts.bounds import parse_labels
 from contracts.rollouts import ArtifactRef, RolloutCreate
 from contracts.vocabulary import FailureType, ThresholdAction
 from rollout_policy import (
@@ -158,12 +159,10 @@ def _body(
     else:
         artifact = {k: values[k] for k in _REFERENCE}
     labels: dict[str, str] = {}
-    for item in filter(None, (p.strip() for p in values["labels"].split(","))):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            errors.add("labels", f"{item!r} is not key=value.")
-        else:
-            labels[key.strip()] = value.strip()
+    try:
+        labels = parse_labels(values["labels"])
+    except ValueError as exc:
+        errors.add("labels", f"{exc}.")
     percentages: list[str] = [p for p in _SPLIT.split(values["percentages"]) if p]
     criteria, rows = [], []
     for i, c in enumerate(values["criteria"]):

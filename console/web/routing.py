@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.routing import APIRoute
 
@@ -31,6 +32,7 @@ _TITLES = {
     409: "Refused",
     413: "Too large",
     415: "Unsupported form",
+    422: "Invalid request",
     504: "Timed out",
 }
 
@@ -82,6 +84,13 @@ class PageRoute(APIRoute):
                 return RedirectResponse(f"/sign-in?{urlencode(query)}", status_code=303)
             except PageError as exc:
                 return error_page(request, exc.status, exc.reason, exc.message)
+            except RequestValidationError as exc:
+                # a hand-made query (``/agents?status=nope``): the page says which, as the API
+                shown = "; ".join(
+                    f"{'.'.join(str(p) for p in e['loc'][1:]) or 'query'}: {e['msg']}"
+                    for e in list(exc.errors())[:5]
+                )
+                return error_page(request, 422, ErrorReason.INVALID_REQUEST, shown)
             except ConsoleError as exc:
                 return error_page(request, exc.status, exc.reason, exc.message)
 

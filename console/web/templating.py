@@ -16,6 +16,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from markupsafe import Markup, escape
 
 from console.web.forms import CSRF_FIELD
+from contracts.vocabulary import RolloutState, Scope
+from rollout_policy import EventKind
 
 __all__ = ["SECURITY_HEADERS", "Templates", "duration", "when"]
 
@@ -84,8 +86,14 @@ class Templates:
             lstrip_blocks=True,
         )
         self.env.filters.update(when=when, duration=duration, ago=ago)
+        # The vocabulary the pages compare with (``viewer.can(Scope.TOKENS_WRITE)``,
+        # ``Event.RESUME in moves``), never its text.
         self.env.globals.update(
-            static=lambda path: f"/static/{path}?v={static_version}", csrf_field=CSRF_FIELD
+            static=lambda path: f"/static/{path}?v={static_version}",
+            csrf_field=CSRF_FIELD,
+            Scope=Scope,
+            State=RolloutState,
+            Event=EventKind,
         )
 
     def render(

@@ -9,6 +9,7 @@ in the rest of ``contracts`` are built on it.
 - :mod:`~contracts.vocabulary.identities`: what release-identity and an enrollment do with a
   record;
 - :mod:`~contracts.vocabulary.inventory`: what kind of problem an inventory sync reports;
+- :mod:`~contracts.vocabulary.scopes`: :class:`Scope`, what an API token may do;
 - :mod:`~contracts.vocabulary.reasons`: :class:`ErrorReason`, every ``reason`` the system answers.
 """
 
@@ -29,6 +30,7 @@ from contracts.vocabulary.rollouts import (
     TargetStatus,
     ThresholdAction,
 )
+from contracts.vocabulary.scopes import Scope
 
 __all__ = [
     "AgentFlag",
@@ -46,6 +48,7 @@ __all__ = [
     "ReleaseOutcome",
     "ResultAckOutcome",
     "RolloutState",
+    "Scope",
     "TargetStatus",
     "ThresholdAction",
 ]

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Group
 
-from contracts.views import AgentDetailView, AgentView
+from contracts.views import AgentDetailView, AgentFilter, AgentView
 from contracts.vocabulary import AgentFlag, AgentStatus, AgentType, ReleaseOutcome
 from flows.cli._common import JsonOption, console_client, emit_json, fail, fields, stdout, table
 
@@ -29,7 +29,9 @@ def list_agents(
 ) -> None:
     """Every agent matching the filters (all pages)."""
     with console_client() as client:
-        agents = client.agents(agent_type=agent_type, status=status, name=name, flag=flag)
+        agents = client.agents(
+            AgentFilter(agent_type=agent_type, status=status, name=name, flag=flag)
+        )
     if as_json:
         emit_json(agents)
         return

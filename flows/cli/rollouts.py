@@ -13,12 +13,13 @@ from pydantic import ValidationError
 from rich.console import Group
 from rich.live import Live
 
+from contracts.bounds import parse_labels
 from contracts.rollouts import CriterionSpec, RolloutCreate, RolloutPublic
 from contracts.vocabulary import ErrorReason
 from contracts.vocabulary.rollouts import FailureType, ThresholdAction
 from flows.cli._common import JsonOption, console_client, emit_json, fail, fields, stdout, table
-from flows.console_client import ConsoleClient, RolloutAction
-from rollout_policy import TERMINAL_STATES
+from flows.console_client import ConsoleClient
+from rollout_policy import TERMINAL_STATES, EventKind
 
 app = typer.Typer(help="Rollouts of a new agent version, in self-stopping waves.")
 
@@ -161,7 +162,7 @@ def show(
         stdout.print(render(rollout))
 
 
-def _decide(rollout_id: str, action: RolloutAction, reason: str | None, as_json: bool) -> None:
+def _decide(rollout_id: str, action: EventKind, reason: str | None, as_json: bool) -> None:
     with console_client() as client:
         rollout = client.decide(rollout_id, action, reason)
     if as_json:
@@ -176,13 +177,13 @@ Reason = Annotated[str | None, typer.Option(help="Why: recorded with the rollout
 @app.command()
 def pause(rollout_id: RolloutId, reason: Reason = None, as_json: JsonOption = False) -> None:
     """Pause a running rollout: nothing more is sent until it is resumed."""
-    _decide(rollout_id, "pause", reason, as_json)
+    _decide(rollout_id, EventKind.PAUSE, reason, as_json)
 
 
 @app.command()
 def resume(rollout_id: RolloutId, as_json: JsonOption = False) -> None:
     """Resume a paused or stalled rollout (its results so far become the baseline)."""
-    _decide(rollout_id, "resume", None, as_json)
+    _decide(rollout_id, EventKind.RESUME, None, as_json)
 
 
 @app.command()
@@ -192,7 +193,7 @@ def abort(
     as_json: JsonOption = False,
 ) -> None:
     """Abort a rollout for good: nothing more is sent."""
-    _decide(rollout_id, "abort", reason, as_json)
+    _decide(rollout_id, EventKind.ABORT, reason, as_json)
 
 
 @app.command("restart-driver")
@@ -267,9 +268,10 @@ def _selector(
     if agent_types:
         selector["agent_types"] = agent_types
     if labels:
-        if any("=" not in label for label in labels):
-            fail(ErrorReason.INVALID_REQUEST, "--label takes key=value")
-        selector["labels"] = dict(label.split("=", 1) for label in labels)
+        try:
+            selector["labels"] = parse_labels(",".join(labels))
+        except ValueError as exc:
+            fail(ErrorReason.INVALID_REQUEST, f"--label takes key=value: {exc}")
     if version_range is not None:
         selector["version_range"] = version_range
     if selector:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from agent.errors import ConfigError
-from agent.settings import build_settings, parse_labels
+from agent.settings import build_settings
+from contracts.bounds import parse_labels
 from contracts.vocabulary import AgentType
 
 

@@ -197,14 +197,14 @@ def test_bad_input_gets_a_4xx_with_a_reason_and_changes_nothing(console):
             httpx.post(
                 url, json={**ident.enroll_body(token), "signature": Identity(name="o").sign(b"x")}
             ),
-            400,
+            401,
             "bad_signature",
         ),
         (
             httpx.post(
                 url, json={**ident.enroll_body(token), "signed_at": "2020-01-01T00:00:00+00:00"}
             ),
-            400,
+            401,
             "stale_signature",
         ),
         (

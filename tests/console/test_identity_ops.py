@@ -261,10 +261,10 @@ async def test_a_rebind_retires_the_previous_key(console):
     await nc.close()
 
 
-def _refresh(console, agent_id, ident):
+def _refresh(console, agent_id, ident, signed_at=None, signer=None):
     from contracts.enrollment import nats_credentials_message
 
-    signed_at = datetime.now(UTC)
+    signed_at = signed_at or datetime.now(UTC)
     msg = nats_credentials_message(
         agent_id=agent_id, public_key=ident.public_key, signed_at=signed_at
     )
@@ -275,7 +275,7 @@ def _refresh(console, agent_id, ident):
         json={
             "public_key": ident.public_key,
             "signed_at": signed_at.isoformat(),
-            "signature": ident.sign(msg),
+            "signature": (signer or ident).sign(msg),
         },
     )
 
@@ -294,3 +294,15 @@ async def test_an_agent_can_fetch_a_fresh_jwt_for_its_current_key_only(console):
     with console.client() as c:
         c.post(f"/api/v1/fleet/agents/{agent_id}/revoke").raise_for_status()
     assert _refresh(console, agent_id, ident).status_code == 401
+
+
+def test_a_stale_or_forged_jwt_request_is_an_authentication_failure_as_at_enrollment(console):
+    """The freshness and signature check of ``nats-credentials`` was a copy of enrollment's that
+    answered a stale request 400 and a forged one 401; both use one check, and both are 401."""
+    token = console.install_token()
+    ident = Identity(name="jwt-2")
+    agent_id = ident.enroll(console, token).json()["agent_id"]
+    stale = _refresh(console, agent_id, ident, signed_at=datetime(2020, 1, 1, tzinfo=UTC))
+    assert (stale.status_code, stale.json()["reason"]) == (401, "stale_signature")
+    forged = _refresh(console, agent_id, ident, signer=Identity(name="jwt-2"))
+    assert (forged.status_code, forged.json()["reason"]) == (401, "bad_signature")

@@ -156,3 +156,42 @@ def test_assemble_raises_only_assembly_errors_and_round_trips() -> None:
         assemble([(header, bad)])
     with pytest.raises(InventoryAssemblyError, match="incomplete"):
         assemble([])
+
+
+# -- the label syntax and the agent-list filter ----------------------------------------------------
+
+
+def test_parse_labels_reads_k_v_pairs_and_refuses_the_rest_with_its_reason():
+    from contracts.bounds import MAX_LABELS, parse_labels
+
+    assert parse_labels(" zone=a, tier = web ,") == {"zone": "a", "tier": "web"}
+    assert parse_labels("") == parse_labels(None) == {}
+    assert parse_labels({"zone": "a"}) == {"zone": "a"}
+    refusals = {
+        "tier": "is not key=value",
+        "=v": "empty key",
+        "a=1,a=2": "given twice",
+        "k=" + "x" * 64: "at most 63 characters",
+        "k=\x00": "NUL",
+        ",".join(f"k{i}=v" for i in range(MAX_LABELS + 1)): f"at most {MAX_LABELS} labels",
+    }
+    for text, why in refusals.items():
+        with pytest.raises(ValueError, match=why):
+            parse_labels(text)
+
+
+def test_the_agent_filter_is_bounded_and_reads_an_empty_value_as_no_filter():
+    from contracts.views import AgentFilter
+
+    assert AgentFilter.model_validate({"status": "", "label": "", "name": ""}) == AgentFilter()
+    asked = AgentFilter.model_validate({"label": "zone=a,tier=web", "status": "online"})
+    assert asked.labels == {"zone": "a", "tier": "web"}
+    assert asked.query() == {
+        "status": "online",
+        "label": "zone=a,tier=web",
+        "limit": "100",
+        "offset": "0",
+    }
+    for bad in ({"label": "tier"}, {"limit": 1001}, {"name": "n" * 254}, {"version": "v" * 65}):
+        with pytest.raises(ValidationError):
+            AgentFilter.model_validate(bad)

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from contracts.views import AgentDetailView, AgentView, ReleaseDecision
+from contracts.views import AgentDetailView, AgentFilter, AgentView, ReleaseDecision
 from contracts.vocabulary import AgentType, ErrorReason, ReleaseOutcome
 from flows.console_client import ConsoleApiError, ConsoleClient
 from flows.settings import FlowSettings
@@ -41,7 +41,7 @@ def test_agents_pages_through_the_list_and_answers_views():
         return httpx.Response(200, json={"items": items, "total": 3, "limit": 2, "offset": offset})
 
     with _client(handler) as console:
-        agents = console.agents(agent_type=AgentType.HOST, name="node")
+        agents = console.agents(AgentFilter(agent_type=AgentType.HOST, name="node"))
     assert [a.id for a in agents] == ["ag-0", "ag-1", "ag-2"]
     assert all(isinstance(a, AgentView) for a in agents)
     assert [p["offset"] for p in seen] == ["0", "2"]

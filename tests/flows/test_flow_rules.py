@@ -299,11 +299,11 @@ def test_no_flow_copies_the_quiet_window():
 def test_the_documented_worker_scopes_are_the_ones_the_flow_tests_run_with():
     """docs/flows.md lists the worker token's scopes; testkit's worker_token() (which every flow
     test's PROXIMA_CONSOLE_TOKEN is) mints exactly flows.settings.WORKER_SCOPES."""
-    from console.schemas import ALL_SCOPES
+    from contracts.vocabulary import Scope
     from flows.settings import WORKER_SCOPES
 
     docs = (Path(__file__).parents[2] / "docs" / "flows.md").read_text()
     block = docs.split("<!-- worker-scopes -->")[1].split("<!-- /worker-scopes -->")[0]
     assert tuple(re.findall(r"`([a-z]+:[a-z]+)`", block)) == WORKER_SCOPES
-    assert set(WORKER_SCOPES) <= set(ALL_SCOPES)
-    assert "tokens:write" not in WORKER_SCOPES and "clusters:write" not in WORKER_SCOPES
+    assert all(isinstance(s, Scope) for s in WORKER_SCOPES)
+    assert Scope.TOKENS_WRITE not in WORKER_SCOPES and Scope.CLUSTERS_WRITE not in WORKER_SCOPES

@@ -74,6 +74,11 @@ def test_every_error_is_reason_and_message(console: ConsoleProcess) -> None:
                 422,
                 ErrorReason.INVALID_REQUEST,
             ),
+            "a label filter that is not k=v": (
+                c.get("/api/v1/fleet/agents", params={"label": "tier"}),
+                422,
+                ErrorReason.INVALID_REQUEST,
+            ),
             "not json": (
                 c.post(
                     "/api/v1/clusters",

@@ -38,11 +38,11 @@ def test_a_captured_enrollment_replayed_with_another_tenants_token_is_refused(co
     assert httpx.post(f"{console.url}/api/v1/agents/enroll", json=captured).status_code == 201
     replay = {**captured, "install_token": token_b}
     r = httpx.post(f"{console.url}/api/v1/agents/enroll", json=replay)
-    assert (r.status_code, r.json()["reason"]) == (400, "bad_signature")
+    assert (r.status_code, r.json()["reason"]) == (401, "bad_signature")
     # Nor may any identity field be changed under the captured signature.
     for field, value in (("name", "web-2"), ("version", "9.9.9"), ("instance_id", "x" * 32)):
         r = httpx.post(f"{console.url}/api/v1/agents/enroll", json={**captured, field: value})
-        assert (r.status_code, r.json()["reason"]) == (400, "bad_signature"), field
+        assert (r.status_code, r.json()["reason"]) == (401, "bad_signature"), field
 
 
 def test_a_public_key_is_unique_across_tenants_even_signed_afresh(console):

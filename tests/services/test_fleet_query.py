@@ -8,6 +8,7 @@ import pytest
 
 from console.models import Agent, AgentEvidence, NatsRevocation
 from console.services import fleet
+from contracts.views import AgentFilter
 from contracts.vocabulary import AgentFlag, AgentStatus
 from testkit.services import InProcessConsole
 
@@ -64,14 +65,16 @@ async def mixed_fleet(services: InProcessConsole) -> None:
 
 
 async def everything(services: InProcessConsole):
-    return (await fleet.list_agents(services.rt, services.principal, limit=1000)).items
+    return (await fleet.list_agents(services.rt, services.principal, AgentFilter(limit=1000))).items
 
 
 @pytest.mark.parametrize("status", list(AgentStatus))
 async def test_the_status_filter_selects_what_the_views_show(services, status):
     await mixed_fleet(services)
     expected = {v.name for v in await everything(services) if v.status == status}
-    page = await fleet.list_agents(services.rt, services.principal, status=status, limit=1000)
+    page = await fleet.list_agents(
+        services.rt, services.principal, AgentFilter(status=status, limit=1000)
+    )
     assert {v.name for v in page.items} == expected
     assert page.total == len(expected) and expected
 
@@ -80,7 +83,9 @@ async def test_the_status_filter_selects_what_the_views_show(services, status):
 async def test_the_flag_filter_selects_what_the_views_show(services, flag):
     await mixed_fleet(services)
     expected = {v.name for v in await everything(services) if flag in v.flags}
-    page = await fleet.list_agents(services.rt, services.principal, flag=flag, limit=1000)
+    page = await fleet.list_agents(
+        services.rt, services.principal, AgentFilter(flag=flag, limit=1000)
+    )
     assert {v.name for v in page.items} == expected
     assert page.total == len(expected) and expected
 
@@ -88,11 +93,16 @@ async def test_the_flag_filter_selects_what_the_views_show(services, flag):
 async def test_labels_names_and_pages_are_filtered_in_the_query_in_a_stable_order(services):
     await mixed_fleet(services)
     p = services.principal
-    labelled = await fleet.list_agents(services.rt, p, label="odd key=x")
+    labelled = await fleet.list_agents(services.rt, p, AgentFilter(label="odd key=x"))
     assert [v.name for v in labelled.items] == ["mix-011"]
-    assert (await fleet.list_agents(services.rt, p, label="cluster=eu-2")).total == 0
-    assert (await fleet.list_agents(services.rt, p, name="%")).total == 0  # LIKE is escaped
-    pages = [(await fleet.list_agents(services.rt, p, limit=5, offset=o)).items for o in (0, 5, 10)]
+    assert (await fleet.list_agents(services.rt, p, AgentFilter(label="cluster=eu-2"))).total == 0
+    assert (
+        await fleet.list_agents(services.rt, p, AgentFilter(name="%"))
+    ).total == 0  # LIKE is escaped
+    pages = [
+        (await fleet.list_agents(services.rt, p, AgentFilter(limit=5, offset=o))).items
+        for o in (0, 5, 10)
+    ]
     names = [v.name for page in pages for v in page]
     assert names == sorted(names) and len(set(names)) == 12
 
@@ -100,11 +110,13 @@ async def test_labels_names_and_pages_are_filtered_in_the_query_in_a_stable_orde
 async def test_the_total_is_capped_rather_than_counting_a_whole_large_fleet(services, monkeypatch):
     monkeypatch.setattr(fleet, "TOTAL_COUNT_CAP", 5)
     await services.add_agents(8, prefix="many")
-    page = await fleet.list_agents(services.rt, services.principal, limit=3)
+    page = await fleet.list_agents(services.rt, services.principal, AgentFilter(limit=3))
     assert (page.total, page.total_capped, len(page.items)) == (5, True, 3)
-    exact = await fleet.list_agents(services.rt, services.principal, name="many-00", limit=3)
+    exact = await fleet.list_agents(
+        services.rt, services.principal, AgentFilter(name="many-00", limit=3)
+    )
     assert (exact.total, exact.total_capped) == (5, True)
-    few = await fleet.list_agents(services.rt, services.principal, name="many-000")
+    few = await fleet.list_agents(services.rt, services.principal, AgentFilter(name="many-000"))
     assert (few.total, few.total_capped) == (1, False)
 
 
@@ -116,8 +128,8 @@ async def test_a_status_page_is_the_same_found_by_its_ranges_or_by_the_ordering_
     and "never seen", counted and fetched as two), many by walking the ordering index with
     the ranges' OR: both give the same records in the same order."""
     await mixed_fleet(services)
-    by_ranges = await fleet.list_agents(services.rt, services.principal, status=status)
+    by_ranges = await fleet.list_agents(services.rt, services.principal, AgentFilter(status=status))
     monkeypatch.setattr(fleet, "TOTAL_COUNT_CAP", 1)
-    by_walk = await fleet.list_agents(services.rt, services.principal, status=status)
+    by_walk = await fleet.list_agents(services.rt, services.principal, AgentFilter(status=status))
     assert [v.name for v in by_walk.items] == [v.name for v in by_ranges.items]
     assert by_ranges.total == len(by_ranges.items) and not by_ranges.total_capped

@@ -8,6 +8,7 @@ from console.errors import ConflictError
 from console.models import Agent, AgentEvent, NatsRevocation
 from console.services import fleet
 from console.services.identities import release, revoke_agent, rotate_credentials
+from contracts.views import AgentFilter
 from contracts.vocabulary import AgentStatus, ErrorReason
 from testkit.services import AgentKey, IdentitiesApplied, InProcessConsole
 
@@ -140,7 +141,9 @@ async def test_released_and_revoked_agents_are_never_online(services: InProcessC
         "web-1": AgentStatus.RELEASED,
         "web-2": AgentStatus.REVOKED,
     }
-    online = await fleet.list_agents(services.rt, services.principal, status=AgentStatus.ONLINE)
+    online = await fleet.list_agents(
+        services.rt, services.principal, AgentFilter(status=AgentStatus.ONLINE)
+    )
     assert online.total == 0
 
 

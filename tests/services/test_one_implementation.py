@@ -30,7 +30,7 @@ from console.services.identities import preview_enrollment, release, rotate_cred
 from console.services.onboarding import cluster_onboarding
 from console.services.rollouts import planning
 from contracts.rollouts import ArtifactRef, RolloutCreate
-from contracts.views import OnboardingStatus
+from contracts.views import AgentFilter, OnboardingStatus
 from contracts.vocabulary import AgentStatus, ErrorReason
 from contracts.vocabulary.identities import ReleaseOutcome
 from rollout_policy import (
@@ -213,7 +213,9 @@ async def test_status_planning_and_rotation_use_is_online(
         rollout_policy.online_cutoff,
         lambda now, **k: now + timedelta(days=1),
     )
-    listed = await fleet.list_agents(services.rt, services.principal, status=AgentStatus.OFFLINE)
+    listed = await fleet.list_agents(
+        services.rt, services.principal, AgentFilter(status=AgentStatus.OFFLINE)
+    )
     assert [a.id for a in listed.items] == [agent_id]
     rollout = await planning.create(
         services.rt,

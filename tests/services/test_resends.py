@@ -10,6 +10,7 @@ from console.services.rollouts import dispatch, lifecycle, planning
 from console.services.rollouts.resend import RESENT, Resender
 from contracts.messages import CommandStatus
 from contracts.rollouts import ArtifactRef, RolloutCreate
+from rollout_policy import EventKind
 from testkit.services import InProcessConsole
 
 ARTIFACT = ArtifactRef(
@@ -25,7 +26,7 @@ async def _canary_sent(services: InProcessConsole):
     rollout = await planning.create(
         services.rt, services.principal, RolloutCreate(artifact=ARTIFACT, seed="s")
     )
-    await lifecycle.transition(services.rt, services.principal, rollout.id, "start")
+    await lifecycle.transition(services.rt, services.principal, rollout.id, EventKind.START)
     await dispatch.dispatch(services.rt, services.principal, rollout.id, 0)
     (canary,) = services.effects.commands
     return canary

@@ -12,7 +12,7 @@ from console.services.rollouts.records import command_id_for
 from contracts.messages import CommandKind, CommandStatus
 from contracts.rollouts import ArtifactRef, CriterionSpec, RolloutCreate, RolloutPublic
 from contracts.vocabulary import ErrorReason, RolloutState, TargetStatus
-from rollout_policy import DEFAULT_CRITERION, DEFAULT_ROLLOUT_POLICY, AgentId, plan_waves
+from rollout_policy import DEFAULT_CRITERION, DEFAULT_ROLLOUT_POLICY, AgentId, EventKind, plan_waves
 from testkit.services import AgentKey, CommandSent, FlowResumed, FlowStarted, InProcessConsole
 
 ARTIFACT = ArtifactRef(
@@ -35,7 +35,7 @@ async def create(services: InProcessConsole, **body: object) -> RolloutPublic:
 
 
 async def start(services: InProcessConsole, rollout_id: str) -> None:
-    await lifecycle.transition(services.rt, services.principal, rollout_id, "start")
+    await lifecycle.transition(services.rt, services.principal, rollout_id, EventKind.START)
 
 
 async def send(services: InProcessConsole, rollout_id: str, wave: int):
@@ -235,7 +235,9 @@ async def test_an_operator_resume_resumes_the_paused_flow_run_after_commit(
     (canary,) = services.effects.commands
     await services.result(canary, CommandStatus.FAILED)
     services.effects.clear()
-    resumed = await lifecycle.transition(services.rt, services.principal, rollout.id, "resume")
+    resumed = await lifecycle.transition(
+        services.rt, services.principal, rollout.id, EventKind.RESUME
+    )
     assert resumed.state == RolloutState.RUNNING
     # the reads before it (the driver check) commit too; the resume follows the decision's commit
     assert services.effects.timeline[-2:] == [
@@ -262,7 +264,7 @@ async def test_a_resume_prefect_refuses_is_a_409_not_a_200(services: InProcessCo
 
     monkeypatch.setattr(lifecycle.PrefectApi, "resume", refuse)
     with pytest.raises(ConflictError) as refused:
-        await lifecycle.transition(services.rt, services.principal, rollout.id, "resume")
+        await lifecycle.transition(services.rt, services.principal, rollout.id, EventKind.RESUME)
     assert refused.value.reason == ErrorReason.RESUME_REFUSED
     assert "Flow run is not paused" in refused.value.message
 

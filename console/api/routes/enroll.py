@@ -18,16 +18,14 @@ from contracts.enrollment import (
     RotationAccepted,
     RotationProof,
 )
-from contracts.vocabulary import ErrorReason
-
-# A bad or stale proof is an authentication failure too (logged as ``auth_failed``).
-_BAD_PROOF = {ErrorReason.BAD_SIGNATURE, ErrorReason.STALE_SIGNATURE}
 
 router = APIRouter(prefix="/api/v1/agents", tags=["agents"])
 
 _ERRORS: dict[int | str, dict[str, object]] = {
-    400: {"model": ErrorBody, "description": "bad or stale signature"},
-    401: {"model": ErrorBody, "description": "install token invalid, expired, used up or revoked"},
+    401: {
+        "model": ErrorBody,
+        "description": "bad or stale signature; install token invalid, expired, used up or revoked",
+    },
     409: {"model": ErrorBody, "description": "the (environment, agent_type, name) is held"},
     422: {"model": ErrorBody, "description": "malformed request"},
 }
@@ -74,8 +72,8 @@ async def enroll_agent(
             return Response(preview.model_dump_json(), media_type="application/json")
         answer, created = await identities.enroll_agent(runtime, req, guard=guard, seen=seen)
     except ConsoleError as exc:
-        failed = exc.status == 401 or exc.reason in _BAD_PROOF
-        event = "auth_failed" if failed else "enroll_refused"
+        # a bad or stale signature is an authentication failure too: 401 like a bad token
+        event = "auth_failed" if exc.status == 401 else "enroll_refused"
         audit_refusal(event, surface="enroll", reason=exc.reason, dry_run=dry_run, **seen)
         raise
     # Built here, once: the answer is an ``EnrollResponse`` already, and FastAPI would validate

@@ -8,8 +8,7 @@ from console.api.deps import PrincipalDep, RuntimeDep
 from console.api.responses import errors
 from console.schemas import ReleaseAnswer, RotationResult
 from console.services import fleet, identities
-from contracts.views import AgentDetailView, AgentPage, AgentView
-from contracts.vocabulary import AgentFlag, AgentStatus, AgentType
+from contracts.views import AgentDetailView, AgentFilter, AgentPage, AgentView
 
 router = APIRouter(prefix="/api/v1/fleet/agents", tags=["fleet"])
 
@@ -18,29 +17,9 @@ _ERRORS = errors(401, 403, 404, 409)
 
 @router.get("", response_model=AgentPage, responses=_ERRORS)
 async def list_agents(
-    principal: PrincipalDep,
-    runtime: RuntimeDep,
-    agent_type: AgentType | None = None,
-    status: AgentStatus | None = None,
-    version: str | None = None,
-    name: Annotated[str | None, Query(max_length=253, description="substring")] = None,
-    flag: AgentFlag | None = None,
-    label: Annotated[str | None, Query(description="k=v")] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    principal: PrincipalDep, runtime: RuntimeDep, filters: Annotated[AgentFilter, Query()]
 ) -> AgentPage:
-    return await fleet.list_agents(
-        runtime,
-        principal,
-        agent_type=agent_type,
-        status=status,
-        version=version,
-        name=name,
-        flag=flag,
-        label=label,
-        limit=limit,
-        offset=offset,
-    )
+    return await fleet.list_agents(runtime, principal, filters)
 
 
 @router.get("/{agent_id}", response_model=AgentDetailView, responses=_ERRORS)

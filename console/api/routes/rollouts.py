@@ -12,6 +12,7 @@ from console.schemas import RolloutReason, RolloutStart
 from console.services.rollouts import dispatch as dispatching
 from console.services.rollouts import drivers, lifecycle, planning, reads
 from contracts.rollouts import DispatchResult, RolloutCreate, RolloutPublic
+from rollout_policy import EventKind
 
 router = APIRouter(prefix="/api/v1/fleet/rollouts", tags=["rollouts"])
 _ERRORS = errors(400, 401, 403, 404, 409)
@@ -58,7 +59,7 @@ async def start(
 ) -> RolloutPublic:
     """Called by the flow: pending → running (idempotent), recording its flow run."""
     return await lifecycle.transition(
-        runtime, principal, rollout_id, "start", flow_run_id=body.flow_run_id
+        runtime, principal, rollout_id, EventKind.START, flow_run_id=body.flow_run_id
     )
 
 
@@ -66,7 +67,9 @@ async def start(
 async def pause(
     rollout_id: str, body: RolloutReason, principal: PrincipalDep, runtime: RuntimeDep
 ) -> RolloutPublic:
-    return await lifecycle.transition(runtime, principal, rollout_id, "pause", reason=body.reason)
+    return await lifecycle.transition(
+        runtime, principal, rollout_id, EventKind.PAUSE, reason=body.reason
+    )
 
 
 @router.post("/{rollout_id}/resume", response_model=RolloutPublic, responses=_ERRORS)
@@ -74,7 +77,7 @@ async def resume(rollout_id: str, principal: PrincipalDep, runtime: RuntimeDep) 
     """Stalled or paused → running. Results so far become the baseline the criteria judge from.
     A paused flow run is resumed in Prefect too: 409 ``resume_refused`` when Prefect refuses,
     409 ``driver_lost`` when the run is gone (restart the driver first)."""
-    return await lifecycle.transition(runtime, principal, rollout_id, "resume")
+    return await lifecycle.transition(runtime, principal, rollout_id, EventKind.RESUME)
 
 
 @router.post(
@@ -95,13 +98,15 @@ async def restart_driver(
 async def abort(
     rollout_id: str, body: RolloutReason, principal: PrincipalDep, runtime: RuntimeDep
 ) -> RolloutPublic:
-    return await lifecycle.transition(runtime, principal, rollout_id, "abort", reason=body.reason)
+    return await lifecycle.transition(
+        runtime, principal, rollout_id, EventKind.ABORT, reason=body.reason
+    )
 
 
 @router.post("/{rollout_id}/complete", response_model=RolloutPublic, responses=_ERRORS)
 async def complete(rollout_id: str, principal: PrincipalDep, runtime: RuntimeDep) -> RolloutPublic:
     """Called by the flow when every wave is done."""
-    return await lifecycle.transition(runtime, principal, rollout_id, "complete")
+    return await lifecycle.transition(runtime, principal, rollout_id, EventKind.COMPLETE)
 
 
 @router.post(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from prometheus_client import Histogram
 from sqlalchemy import Insert, bindparam, insert
@@ -27,7 +27,6 @@ from console.core.clock import utcnow
 from console.core.secrets import evidence_hash
 from console.core.signatures import SignatureError, verify
 from console.errors import (
-    BadRequestError,
     ConflictError,
     ConsoleError,
     ForbiddenError,
@@ -142,20 +141,31 @@ class TokenUsedUpMeanwhile(Exception):
         self.max_uses = token.max_uses or 0
 
 
-def _check_signature(req: EnrollRequest, now: datetime, skew_seconds: float) -> None:
-    signed_at = req.signed_at if req.signed_at.tzinfo else req.signed_at.replace(tzinfo=now.tzinfo)
+def check_signed(
+    public_key: str,
+    message: bytes,
+    signature: str,
+    *,
+    signed_at: datetime,
+    now: datetime,
+    skew_seconds: float,
+) -> None:
+    """The one check of an agent's signed request (enrollment, NATS credentials): signed
+    within ``skew_seconds`` of the Console's clock, by ``public_key``. Either failure is an
+    authentication failure: 401 ``stale_signature`` or ``bad_signature``."""
+    signed_at = signed_at if signed_at.tzinfo else signed_at.replace(tzinfo=UTC)
     if abs((now - signed_at).total_seconds()) > skew_seconds:
-        raise BadRequestError(
+        raise UnauthorizedError(
             ErrorReason.STALE_SIGNATURE,
-            f"enrollment was signed at {signed_at.isoformat()}, more than {skew_seconds:g} s "
+            f"the request was signed at {signed_at.isoformat()}, more than {skew_seconds:g} s "
             "from the Console's clock: check the agent's clock",
         )
     try:
-        verify(req.public_key, enrollment_message_of(req), req.signature)
+        verify(public_key, message, signature)
     except SignatureError as exc:
-        raise BadRequestError(
+        raise UnauthorizedError(
             ErrorReason.BAD_SIGNATURE,
-            f"enrollment signature does not prove possession of the key: {exc.why}",
+            f"the signature does not prove possession of the key: {exc.why}",
         ) from exc
 
 
@@ -220,7 +230,14 @@ def decide(
     """Check the proof and the token, read the record holding the name (locked, unless for a
     dry run) and ask ``decide_enrollment``; raise every refusal but the name's own (a
     ``REFUSE`` decision), which the caller answers (and, for a real call, records)."""
-    _check_signature(req, now, skew_seconds)
+    check_signed(
+        req.public_key,
+        enrollment_message_of(req),
+        req.signature,
+        signed_at=req.signed_at,
+        now=now,
+        skew_seconds=skew_seconds,
+    )
     facts = read_facts(session, req, now)
     token = facts.token
     existing = None

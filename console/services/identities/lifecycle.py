@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets as pysecrets
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlmodel import Session, select
 
@@ -25,7 +25,7 @@ from console.errors import (
     UnauthorizedError,
 )
 from console.models import Agent, CredentialRotation
-from console.schemas import ReleaseAnswer, RotationResult, Scope
+from console.schemas import ReleaseAnswer, RotationResult
 from console.services.agent_records import (
     add_event,
     is_online,
@@ -34,6 +34,7 @@ from console.services.agent_records import (
     revoke_key,
     seen_at,
 )
+from console.services.identities.enrollment import check_signed
 from console.services.identities.rebinding import rebound_refusal
 from console.services.presenters import agent_public
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
@@ -47,7 +48,7 @@ from contracts.enrollment import (
 )
 from contracts.messages import CommandKind
 from contracts.views import AgentView
-from contracts.vocabulary import ErrorReason, ReleaseOutcome
+from contracts.vocabulary import ErrorReason, ReleaseOutcome, Scope
 from rollout_policy import AgentId, HeldRecord, decide_release
 
 
@@ -375,19 +376,16 @@ async def nats_credentials(
     rt: ServiceRuntime, agent_id: str, body: NatsCredentialsRequest
 ) -> NatsCredentials:
     """A fresh NATS user JWT for the agent's current key, proven by a signature of that key."""
-    now = utcnow()
-    signed_at = body.signed_at if body.signed_at.tzinfo else body.signed_at.replace(tzinfo=UTC)
-    if abs((now - signed_at).total_seconds()) > rt.settings.enroll_clock_skew_seconds:
-        raise BadRequestError(ErrorReason.STALE_SIGNATURE, "the request was signed too long ago")
-    message = nats_credentials_message(
-        agent_id=agent_id, public_key=body.public_key, signed_at=body.signed_at
+    check_signed(
+        body.public_key,
+        nats_credentials_message(
+            agent_id=agent_id, public_key=body.public_key, signed_at=body.signed_at
+        ),
+        body.signature,
+        signed_at=body.signed_at,
+        now=utcnow(),
+        skew_seconds=rt.settings.enroll_clock_skew_seconds,
     )
-    try:
-        verify(body.public_key, message, body.signature)
-    except SignatureError as exc:
-        raise UnauthorizedError(
-            ErrorReason.BAD_SIGNATURE, f"signature does not verify: {exc.why}"
-        ) from exc
 
     def look(uow: UnitOfWork) -> tuple[Agent | None, str | None]:
         return uow.session.get(Agent, agent_id), rebound_refusal(

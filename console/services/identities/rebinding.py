@@ -39,7 +39,7 @@ from console.models import (
 from console.services.rollouts.records import counts
 from console.services.rollouts.results import judge
 from contracts.vocabulary import TargetStatus
-from rollout_policy.identities import missing_evidence_kinds
+from rollout_policy import missing_evidence_kinds
 
 __all__ = ["cancel_in_flight", "handover", "rebound_refusal", "replace_evidence"]
 

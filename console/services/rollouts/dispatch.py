@@ -20,7 +20,6 @@ from console.auth import Principal
 from console.core.clock import utcnow
 from console.errors import BadRequestError
 from console.models import Rollout, RolloutTarget
-from console.schemas import Scope
 from console.services.rollouts.records import (
     command_id_for,
     load_for,
@@ -28,7 +27,7 @@ from console.services.rollouts.records import (
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.messages import CommandKind
 from contracts.rollouts import ArtifactRef, DispatchResult
-from contracts.vocabulary import ErrorReason, TargetStatus
+from contracts.vocabulary import ErrorReason, Scope, TargetStatus
 from rollout_policy import (
     RolloutState,
 )

@@ -26,13 +26,12 @@ from console.core.clock import utcnow
 from console.errors import ConflictError, GatewayTimeoutError
 from console.models import Rollout
 from console.prefect_api import PrefectApi, PrefectApiError, RunState
-from console.schemas import Scope
 from console.services.rollouts.reads import present
 from console.services.rollouts.records import load, load_for
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
-from contracts.rollouts import Decision, RolloutPublic
-from contracts.vocabulary import DriverLostReason, ErrorReason, RolloutState
-from rollout_policy import driver_lost, resume_owed
+from contracts.rollouts import RolloutPublic
+from contracts.vocabulary import DriverLostReason, ErrorReason, RolloutState, Scope
+from rollout_policy import Decision, EventKind, driver_lost, resume_owed
 
 __all__ = [
     "DriverCheck",
@@ -117,7 +116,7 @@ async def _check_one(rt: ServiceRuntime, rollout_id: str, state: str, run: str) 
     if (
         found is not None
         and resume_owed(RolloutState(state), found.type)
-        and await resume_run(rt.settings.prefect_api_url, rollout_id, run, Decision.RESUME)
+        and await resume_run(rt.settings.prefect_api_url, rollout_id, run, EventKind.RESUME)
     ):
         log.warning(
             "rollout %s was running but its flow run %s waited paused for a decision: resumed",

@@ -13,7 +13,6 @@ from console.core.clock import utcnow
 from console.errors import ConflictError
 from console.models import Rollout
 from console.prefect_api import PrefectApi, RunState
-from console.schemas import Scope
 from console.services.rollouts.drivers import check_drivers, resume_run, run_state
 from console.services.rollouts.reads import present
 from console.services.rollouts.records import (
@@ -23,12 +22,13 @@ from console.services.rollouts.records import (
 )
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.rollouts import (
-    Decision,
     RolloutPublic,
 )
-from contracts.vocabulary import ErrorReason, RolloutState
+from contracts.vocabulary import ErrorReason, RolloutState, Scope
 from rollout_policy import (
+    EVENT_TARGETS,
     PAUSED_RUN_STATE,
+    EventKind,
     RolloutEvent,
 )
 
@@ -54,7 +54,7 @@ async def transition(
     rt: ServiceRuntime,
     principal: Principal,
     rollout_id: str,
-    action: str,
+    action: EventKind,
     *,
     reason: str | None = None,
     flow_run_id: str | None = None,
@@ -68,15 +68,15 @@ async def transition(
     after commit; the flow polls the state as well."""
     settings = rt.settings
     run_state: RunState | None = None
-    watched = bool(settings.prefect_api_url) and not flow_run_id and action != "start"
+    watched = bool(settings.prefect_api_url) and not flow_run_id and action != EventKind.START
     if watched:
         await check_drivers(rt, [rollout_id])
         run_state = await _paused_run(rt, principal, rollout_id, action)
 
-    if action in ("pause", "abort"):
+    if action in (EventKind.PAUSE, EventKind.ABORT):
         # Who decided is part of the record: the state reason and the audit log carry the
         # token's name (a flow's token for a flow, an operator's for a person).
-        said = reason or f"{'paused' if action == 'pause' else 'aborted'} by an operator"
+        said = reason or f"{EVENT_TARGETS[action]} by an operator"
         reason = f"{said} (by {principal.name})"
 
     def work(uow: UnitOfWork) -> RolloutPublic:
@@ -87,7 +87,7 @@ async def transition(
             audit(
                 "rollout_state_changed",
                 rollout_id=rollout.id,
-                action=action,
+                action=action.value,
                 state=str(rollout.state),
                 reason=reason,
                 token_id=principal.token_id,
@@ -96,17 +96,17 @@ async def transition(
         uow.session.add(rollout)
         uow.session.flush()
         flow_run = rollout.flow_run_id
-        if action == "abort" and flow_run and watched:
+        if action == EventKind.ABORT and flow_run and watched:
             uow.after_commit(
-                lambda: resume_run(settings.prefect_api_url, rollout_id, flow_run, Decision.ABORT)
+                lambda: resume_run(settings.prefect_api_url, rollout_id, flow_run, EventKind.ABORT)
             )
         return present(uow.session, rollout, with_targets=False)
 
     public = await rt.units.run(work, write=True)
-    if action == "resume" and run_state is not None and public.flow_run_id:
+    if action == EventKind.RESUME and run_state is not None and public.flow_run_id:
         assert settings.prefect_api_url
         answer = await PrefectApi(settings.prefect_api_url).resume(
-            public.flow_run_id, {"decision": Decision.RESUME.value}
+            public.flow_run_id, {"decision": EventKind.RESUME.value}
         )
         if not answer.accepted:
             await check_drivers(rt, [rollout_id])
@@ -120,7 +120,7 @@ async def transition(
 
 
 async def _paused_run(
-    rt: ServiceRuntime, principal: Principal, rollout_id: str, action: str
+    rt: ServiceRuntime, principal: Principal, rollout_id: str, action: EventKind
 ) -> RunState | None:
     """Before a resume: the run's state when it is paused in Prefect (it must be resumed
     there too); a lost driver refuses the resume. None for other actions, or a live run that
@@ -128,7 +128,7 @@ async def _paused_run(
     rollout = await rt.units.run(
         lambda uow: load_for(uow.session, rollout_id, principal, Scope.ROLLOUTS_WRITE)
     )
-    if action != "resume" or not rollout.flow_run_id:
+    if action != EventKind.RESUME or not rollout.flow_run_id:
         return None
     if rollout.driver_lost_reason:
         raise ConflictError(
@@ -142,22 +142,28 @@ async def _paused_run(
 
 
 def _apply(
-    session: Session, rollout: Rollout, action: str, reason: str | None, flow_run_id: str | None
+    session: Session,
+    rollout: Rollout,
+    action: EventKind,
+    reason: str | None,
+    flow_run_id: str | None,
 ) -> None:
     now = utcnow()
-    if action == "start":
+    if action == EventKind.START:
         if flow_run_id and flow_run_id != rollout.flow_run_id:
             rollout.flow_run_id = flow_run_id  # a new run drives it: whatever was lost is not
             rollout.driver_lost_at = rollout.driver_lost_reason = rollout.driver_lost_detail = None
         if rollout.state == RolloutState.PENDING:
             apply_event(rollout, RolloutEvent.start(), now)
-    elif action == "pause":
+    elif action == EventKind.PAUSE:
         apply_event(rollout, RolloutEvent.pause(reason or "paused by an operator"), now)
-    elif action == "resume":
+    elif action == EventKind.RESUME:
         resume(session, rollout=rollout, now=now)
-    elif action == "abort":
-        if rollout.state != "aborted":
+    elif action == EventKind.ABORT:
+        if rollout.state != RolloutState.ABORTED:
             apply_event(rollout, RolloutEvent.abort(reason or "aborted by an operator"), now)
-    elif action == "complete":
-        if rollout.state != "succeeded":
+    elif action == EventKind.COMPLETE:
+        if rollout.state != RolloutState.SUCCEEDED:
             apply_event(rollout, RolloutEvent.complete(), now)
+    else:  # stall and fail are the Console's own findings, never asked for
+        raise ValueError(f"{action!r} is not a move anyone may ask for")

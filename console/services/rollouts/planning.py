@@ -16,7 +16,6 @@ from console.core.clock import utcnow
 from console.errors import BadRequestError
 from console.models import PLANNED_WAVES, Agent, PlannedWave, Rollout, RolloutTarget
 from console.prefect_api import PrefectApi, PrefectApiError
-from console.schemas import Scope
 from console.services.agent_records import is_online
 from console.services.artifacts import check_source, check_version
 from console.services.rollouts.reads import present
@@ -30,7 +29,7 @@ from contracts.rollouts import (
     RolloutCreate,
     RolloutPublic,
 )
-from contracts.vocabulary import CommandFailureKind, ErrorReason, RolloutState, TargetStatus
+from contracts.vocabulary import CommandFailureKind, ErrorReason, RolloutState, Scope, TargetStatus
 from rollout_policy import (
     AgentId,
     AgentSnapshot,

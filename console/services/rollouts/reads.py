@@ -8,7 +8,6 @@ from sqlmodel import Session, col, func, select
 
 from console.auth import Principal
 from console.models import PLANNED_WAVES, Rollout, RolloutTarget
-from console.schemas import Scope
 from console.services.rollouts.records import (
     load_for,
 )
@@ -21,7 +20,7 @@ from contracts.rollouts import (
     TargetPublic,
     WavePublic,
 )
-from contracts.vocabulary import CommandFailureKind, DriverLostReason, TargetStatus
+from contracts.vocabulary import CommandFailureKind, DriverLostReason, Scope, TargetStatus
 
 log = logging.getLogger(__name__)
 

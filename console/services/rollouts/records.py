@@ -15,7 +15,7 @@ from console.auth import Principal
 from console.errors import ConflictError, NotFoundError
 from console.models import Rollout, RolloutTarget
 from contracts.rollouts import CriterionSpec
-from contracts.vocabulary import ErrorReason, TargetStatus
+from contracts.vocabulary import ErrorReason, Scope, TargetStatus
 from rollout_policy import (
     FailureCriterion,
     IllegalTransitionError,
@@ -70,7 +70,7 @@ def load(session: Session, rollout_id: str) -> Rollout:
     return rollout
 
 
-def load_for(session: Session, rollout_id: str, principal: Principal, scope: str) -> Rollout:
+def load_for(session: Session, rollout_id: str, principal: Principal, scope: Scope) -> Rollout:
     """The rollout, once the principal holds ``scope`` on its client and environment."""
     rollout = load(session, rollout_id)
     principal.require_on(scope, client_id=rollout.client_id, environment_id=rollout.environment_id)

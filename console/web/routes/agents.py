@@ -8,22 +8,24 @@ with the API's reason and message verbatim.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
 from urllib.parse import quote, urlencode
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
 from console.errors import ConsoleError, ForbiddenError, NotFoundError, UnauthorizedError
-from console.schemas import Scope
 from console.services import fleet, identities
 from console.web.deps import FormDep, RuntimeDep, ViewerDep, get_web
 from console.web.routing import PageRoute
-from contracts.vocabulary import AgentFlag, AgentStatus, AgentType, ErrorReason
+from contracts.views import AgentFilter
+from contracts.vocabulary import AgentFlag, AgentStatus, AgentType, ErrorReason, Scope
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
 PAGE_SIZE = 100
+FORM_FILTERS = ("agent_type", "status", "version", "name", "flag", "label")
+"""The filters the page's form shows (``contracts.views.AgentFilter``'s, but the page)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,47 +63,22 @@ ACTIONS = {
 }
 
 
-def _enum(value: str, kind: type[Any]) -> Any:
-    try:
-        return kind(value) if value else None
-    except ValueError:
-        return None
-
-
 @router.get("/agents")
 async def list_agents(
     request: Request,
     viewer: ViewerDep,
     runtime: RuntimeDep,
-    agent_type: str = "",
-    status: str = "",
-    version: str = "",
-    name: str = "",
-    flag: str = "",
-    offset: int = 0,
+    asked: Annotated[AgentFilter, Query()],
 ) -> Response:
+    """The API's filter (``contracts.views.AgentFilter``), a page of ``PAGE_SIZE``; the form's
+    "any" is an empty value, which the filter reads as none."""
     viewer.require(Scope.AGENTS_READ)
-    offset = max(0, offset)
-    filters = {
-        "agent_type": agent_type if _enum(agent_type, AgentType) else "",
-        "status": status if _enum(status, AgentStatus) else "",
-        "version": version[:64],
-        "name": name[:253],
-        "flag": flag if _enum(flag, AgentFlag) else "",
-    }
-    page = await fleet.list_agents(
-        runtime,
-        viewer.principal,
-        agent_type=_enum(filters["agent_type"], AgentType),
-        status=_enum(filters["status"], AgentStatus),
-        version=filters["version"] or None,
-        name=filters["name"] or None,
-        flag=_enum(filters["flag"], AgentFlag),
-        limit=PAGE_SIZE,
-        offset=offset,
-    )
+    chosen = asked.model_copy(update={"limit": PAGE_SIZE})
+    offset = chosen.offset
+    page = await fleet.list_agents(runtime, viewer.principal, chosen)
     versions = await fleet.versions(runtime, viewer.principal)
-    query = {k: v for k, v in filters.items() if v}
+    query = {k: v for k, v in chosen.query().items() if k in FORM_FILTERS}
+    filters = {k: query.get(k, "") for k in FORM_FILTERS}
 
     def page_url(at: int) -> str:
         return "/agents?" + urlencode({**query, "offset": at})

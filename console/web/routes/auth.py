@@ -11,14 +11,13 @@ from console.auth import Principal
 from console.core.audit_log import audit, audit_refusal, client_address
 from console.core.secrets import loggable_prefix
 from console.errors import TooManyRequestsError, UnauthorizedError
-from console.schemas import Scope
 from console.services import access
 from console.web.deps import FormDep, RuntimeDep, ViewerDep, get_viewer, get_web
 from console.web.errors import CsrfError, SignInRequired
 from console.web.forms import CSRF_FIELD, read_form
 from console.web.routing import PageRoute
 from console.web.sessions import SESSION_COOKIE, SIGN_IN_COOKIE
-from contracts.vocabulary import ErrorReason
+from contracts.vocabulary import ErrorReason, Scope
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 

@@ -13,7 +13,7 @@ from console.core.clock import utcnow
 from console.core.settings import public_url_warning
 from console.errors import BadRequestError, ConflictError
 from console.runtime import ConsoleRuntime
-from console.schemas import ClusterCreate, InstallTokenCreate, Scope
+from console.schemas import ClusterCreate, InstallTokenCreate
 from console.services import clusters, onboarding, tokens
 from console.web.deps import FormDep, RuntimeDep, Viewer, ViewerDep, get_web
 from console.web.install_commands import (
@@ -25,6 +25,7 @@ from console.web.routing import PageRoute
 from contracts import VERSION
 from contracts.durations import format_duration, parse_duration
 from contracts.slugs import MAX_SLUG, is_dns_label, slugify
+from contracts.vocabulary import Scope
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 

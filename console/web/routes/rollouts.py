@@ -11,7 +11,6 @@ from fastapi.responses import RedirectResponse
 
 from console.core.settings import flow_run_link, public_url_warning
 from console.errors import ConsoleError, ForbiddenError, NotFoundError, UnauthorizedError
-from console.schemas import Scope
 from console.services import artifacts
 from console.services.rollouts import drivers, lifecycle, planning, reads
 from console.web import rollout_form
@@ -19,12 +18,25 @@ from console.web.deps import FormDep, RuntimeDep, Viewer, ViewerDep, get_web
 from console.web.forms import FORM_WIDE, FieldErrors
 from console.web.routing import PageRoute
 from contracts.rollouts import ArtifactRef, RolloutPublic
-from contracts.vocabulary import AgentType, ErrorReason, FailureType
+from contracts.vocabulary import AgentType, ErrorReason, FailureType, Scope
+from rollout_policy import HALTED_STATES, LEGAL_EVENTS, TERMINAL_STATES, EventKind
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
-FINAL_STATES = ("succeeded", "aborted", "failed")
-DECISIONS = ("resume", "pause", "abort", "restart-driver")
+OPERATOR_EVENTS = frozenset({EventKind.RESUME, EventKind.PAUSE, EventKind.ABORT})
+"""The moves the page offers (``POST /rollouts/{id}/{event}``), when the state allows them."""
+RESTART_DRIVER = "restart-driver"
+
+
+def _live(rollout: RolloutPublic) -> dict[str, Any]:
+    """What ``rollouts/_live.html`` decides with, from the state machine: the page never spells
+    a state or an event itself."""
+    return {
+        "rollout": rollout,
+        "final": rollout.state in TERMINAL_STATES,
+        "halted": rollout.state in HALTED_STATES,
+        "moves": LEGAL_EVENTS[rollout.state] & OPERATOR_EVENTS,
+    }
 
 
 async def _artifacts(viewer: Viewer, runtime: Any) -> list[ArtifactRef]:
@@ -141,8 +153,7 @@ async def rollout_detail(
         active="rollouts",
         viewer=viewer,
         flashes=viewer.session.take_flashes(),
-        rollout=rollout,
-        final=rollout.state in FINAL_STATES,
+        **_live(rollout),
         flow_run_url=flow_run_link(runtime.settings, rollout.flow_run_id),
     )
 
@@ -156,8 +167,7 @@ async def rollout_live(
     return get_web(request).templates.fragment(
         "rollouts/_live.html",
         viewer=viewer,
-        rollout=rollout,
-        final=rollout.state in FINAL_STATES,
+        **_live(rollout),
     )
 
 
@@ -169,23 +179,24 @@ async def decide(
     form: FormDep,
     runtime: RuntimeDep,
 ) -> Response:
-    if decision not in DECISIONS:
+    event = next((e for e in OPERATOR_EVENTS if e.value == decision), None)
+    if event is None and decision != RESTART_DRIVER:
         raise NotFoundError(ErrorReason.NO_SUCH_DECISION, f"no rollout decision {decision!r}")
     viewer.require(Scope.ROLLOUTS_WRITE)
     reason = (form.get("reason") or "").strip() or None
-    if decision == "abort" and reason is None:
+    if event is EventKind.ABORT and reason is None:
         viewer.session.flash("error", "Give a reason to abort: it is recorded with the rollout.")
         return RedirectResponse(f"/rollouts/{quote(rollout_id)}", status_code=303)
     try:
-        if decision == "restart-driver":
+        if event is None:
             done = await drivers.restart_driver(runtime, viewer.principal, rollout_id)
         else:
             done = await lifecycle.transition(
                 runtime,
                 viewer.principal,
                 rollout_id,
-                decision,
-                reason=None if decision == "resume" else reason,
+                event,
+                reason=None if event is EventKind.RESUME else reason,
             )
     except (ForbiddenError, UnauthorizedError, NotFoundError):
         raise

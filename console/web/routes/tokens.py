@@ -17,12 +17,12 @@ from console.schemas import (
     ApiTokenPublic,
     InstallTokenCreate,
     InstallTokenPublic,
-    Scope,
 )
 from console.services import tokens
 from console.web.deps import FormDep, RuntimeDep, Viewer, ViewerDep, get_web
 from console.web.forms import FieldErrors, field_by_prefix
 from console.web.routing import PageRoute
+from contracts.vocabulary import Scope
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
