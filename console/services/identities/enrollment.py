@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from prometheus_client import Histogram
 from sqlalchemy import Insert, bindparam, insert
@@ -25,7 +25,6 @@ from console.core.audit_log import Field as AuditField
 from console.core.audit_log import audit
 from console.core.clock import utcnow
 from console.core.secrets import evidence_hash
-from console.core.signatures import SignatureError, verify
 from console.errors import (
     ConflictError,
     ConsoleError,
@@ -53,6 +52,7 @@ from console.services.identities.rebinding import (
     handover,
     replace_evidence,
 )
+from console.services.identities.signatures import check_signed
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.enrollment import (
     EnrollRequest,
@@ -139,34 +139,6 @@ class TokenUsedUpMeanwhile(Exception):
     def __init__(self, token: TokenView) -> None:
         super().__init__(token.id)
         self.max_uses = token.max_uses or 0
-
-
-def check_signed(
-    public_key: str,
-    message: bytes,
-    signature: str,
-    *,
-    signed_at: datetime,
-    now: datetime,
-    skew_seconds: float,
-) -> None:
-    """The one check of an agent's signed request (enrollment, NATS credentials): signed
-    within ``skew_seconds`` of the Console's clock, by ``public_key``. Either failure is an
-    authentication failure: 401 ``stale_signature`` or ``bad_signature``."""
-    signed_at = signed_at if signed_at.tzinfo else signed_at.replace(tzinfo=UTC)
-    if abs((now - signed_at).total_seconds()) > skew_seconds:
-        raise UnauthorizedError(
-            ErrorReason.STALE_SIGNATURE,
-            f"the request was signed at {signed_at.isoformat()}, more than {skew_seconds:g} s "
-            "from the Console's clock: check the agent's clock",
-        )
-    try:
-        verify(public_key, message, signature)
-    except SignatureError as exc:
-        raise UnauthorizedError(
-            ErrorReason.BAD_SIGNATURE,
-            f"the signature does not prove possession of the key: {exc.why}",
-        ) from exc
 
 
 def _held(session: Session, agent: Agent, now: datetime) -> HeldRecord:

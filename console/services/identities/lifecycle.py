@@ -34,8 +34,8 @@ from console.services.agent_records import (
     revoke_key,
     seen_at,
 )
-from console.services.identities.enrollment import check_signed
 from console.services.identities.rebinding import rebound_refusal
+from console.services.identities.signatures import check_signed
 from console.services.presenters import agent_public
 from console.services.unit_of_work import ServiceRuntime, UnitOfWork
 from contracts.enrollment import (
