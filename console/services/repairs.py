@@ -14,6 +14,7 @@ from sqlalchemy import func, or_
 from sqlmodel import Session, col, select
 
 from console.models import Agent, AgentEvent, Cluster
+from contracts.bounds import MAX_IDENTIFIER, MAX_NAME
 from contracts.vocabulary.versions import MAX_VERSION_LENGTH
 from rollout_policy.versions import try_parse_version
 
@@ -21,8 +22,8 @@ __all__ = ["clear_out_of_bounds"]
 
 log = logging.getLogger(__name__)
 
-MAX_INSTANCE_ID = 64
-MAX_SLUG = 253
+MAX_INSTANCE_ID = MAX_IDENTIFIER
+MAX_SLUG = MAX_NAME
 
 
 def clear_out_of_bounds(session: Session) -> dict[str, int]:
