@@ -8,6 +8,7 @@ in the rest of ``contracts`` are built on it.
 - :mod:`~contracts.vocabulary.commands`: command kinds, statuses and failure kinds;
 - :mod:`~contracts.vocabulary.identities`: what release-identity does with a record;
 - :mod:`~contracts.vocabulary.inventory`: what kind of problem an inventory sync reports;
+- :mod:`~contracts.vocabulary.messages`: agent messages the Console drops, and why;
 - :mod:`~contracts.vocabulary.reasons`: :class:`ErrorReason`, every ``reason`` the system answers.
 """
 
@@ -20,6 +21,7 @@ from contracts.vocabulary.commands import (
 )
 from contracts.vocabulary.identities import ReleaseOutcome
 from contracts.vocabulary.inventory import InventoryProblemKind
+from contracts.vocabulary.messages import MessageKind, RejectionReason
 from contracts.vocabulary.reasons import ErrorReason
 from contracts.vocabulary.rollouts import (
     DriverLostReason,
@@ -40,6 +42,8 @@ __all__ = [
     "ErrorReason",
     "FailureType",
     "InventoryProblemKind",
+    "MessageKind",
+    "RejectionReason",
     "ReleaseOutcome",
     "ResultAckOutcome",
     "RolloutState",
