@@ -9,6 +9,7 @@ from sqlalchemy import JSON, BigInteger, Column, Index, LargeBinary, Table, Uniq
 from sqlmodel import Field, SQLModel
 
 from console.core.clock import utcnow
+from contracts.bounds import MAX_IDENTIFIER, MAX_NAME, MAX_TEXT, MAX_VERSION_LENGTH
 from contracts.vocabulary.rollouts import (
     DEFAULT_WAVE_TIMEOUT_SECONDS,
     RolloutState,
@@ -142,10 +143,10 @@ class Agent(SQLModel, table=True):
     client_id: str = Field(foreign_key="client.id", index=True, max_length=32)
     environment_id: str = Field(foreign_key="environment.id", index=True, max_length=32)
     agent_type: str = Field(max_length=32)
-    name: str = Field(max_length=253)
+    name: str = Field(max_length=MAX_NAME)
     nats_public_key: str | None = Field(default=None, max_length=64)
-    version: str | None = Field(default=None, max_length=64)
-    instance_id: str | None = Field(default=None, max_length=64)
+    version: str | None = Field(default=None, max_length=MAX_VERSION_LENGTH)
+    instance_id: str | None = Field(default=None, max_length=MAX_IDENTIFIER)
     can_self_update: bool = True
     self_update_blocker: str | None = Field(
         default=None,
@@ -166,7 +167,7 @@ class Agent(SQLModel, table=True):
     revoked_at: datetime | None = None
     credentials_rotated_at: datetime | None = None
     # Reported by the collector; may exceed 63 (old charts did not bound it): stored as is.
-    cluster_slug: str | None = Field(default=None, max_length=253, index=True)
+    cluster_slug: str | None = Field(default=None, max_length=MAX_NAME, index=True)
     leader: bool | None = None
     shared_identity_since: datetime | None = None
     version_flapping_since: datetime | None = None
@@ -346,9 +347,9 @@ class RolloutTarget(SQLModel, table=True):
     wave: int
     status: str = Field(default=TargetStatus.PENDING.value, max_length=16)
     command_id: str | None = Field(default=None, max_length=32, unique=True)
-    old_version: str | None = Field(default=None, max_length=64)
-    new_version: str | None = Field(default=None, max_length=64)
-    error: str | None = Field(default=None, max_length=2048)
+    old_version: str | None = Field(default=None, max_length=MAX_VERSION_LENGTH)
+    new_version: str | None = Field(default=None, max_length=MAX_VERSION_LENGTH)
+    error: str | None = Field(default=None, max_length=MAX_TEXT)
     failure_kind: str | None = Field(
         default=None, max_length=32, description="a CommandFailureKind, from the agent's result"
     )
@@ -399,8 +400,8 @@ class Cluster(SQLModel, table=True):
     id: str = Field(default_factory=new_id, primary_key=True, max_length=32)
     client_id: str = Field(foreign_key="client.id", index=True, max_length=32)
     environment_id: str = Field(foreign_key="environment.id", index=True, max_length=32)
-    slug: str = Field(max_length=253)
-    name: str = Field(max_length=253)
+    slug: str = Field(max_length=MAX_NAME)
+    name: str = Field(max_length=MAX_NAME)
     registered: bool = Field(
         default=True, description="False when first seen in inventory, never recorded by onboarding"
     )
@@ -408,8 +409,8 @@ class Cluster(SQLModel, table=True):
     first_inventory_at: datetime | None = None
     last_inventory_at: datetime | None = None
     last_inventory_agent_id: str | None = Field(default=None, max_length=32)
-    reported_name: str | None = Field(default=None, max_length=253)
-    kubernetes_version: str | None = Field(default=None, max_length=64)
+    reported_name: str | None = Field(default=None, max_length=MAX_NAME)
+    kubernetes_version: str | None = Field(default=None, max_length=MAX_VERSION_LENGTH)
     sync_interval_seconds: float | None = None
     counts: dict[str, int] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     truncated: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))

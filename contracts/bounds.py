@@ -7,13 +7,20 @@ within them); the Console's settings may only be stricter (``inventory_*`` for c
 
 - :data:`VersionText`: the one version rule (``contracts.vocabulary.versions``, which
   ``rollout_policy.versions`` parses with), at most 64 characters;
-- :data:`Identifier`: ids, instance ids, sync ids, nonces: ``[A-Za-z0-9._:-]``, 1 to 128;
+- :data:`Identifier`: ids, instance ids, sync ids, nonces: ``[A-Za-z0-9._:-]``, 1 to
+  :data:`MAX_IDENTIFIER`;
 - :func:`text`: free text of at most ``n`` characters, no NUL (PostgreSQL refuses it);
 - :data:`Labels`: an agent's labels (32 pairs of 63 characters, as enrollment accepts), and
   :func:`parse_labels`, the one reader of their ``k=v,k2=v2`` text (settings, CLI, forms, the
   agent-list filter);
-- :data:`Detail`: a small free-form map (64 keys) beside the facts of a message;
+- :data:`Detail`: a small free-form map (64 keys) beside the facts of a message; a value the
+  Console stores is typed in the message's contract (a result's ``new_version``:
+  :data:`ResultDetail`);
 - :data:`Seconds` and the other ``Annotated`` numbers: finite, never NaN or infinite.
+
+The ``MAX_*`` numbers are also the lengths of the database columns that store these fields
+(``console/models.py`` imports them; ``tests/console/test_column_bounds.py`` holds every stored
+field to its column).
 
 Models that carry them set ``allow_inf_nan=False`` (:data:`FINITE`), so ``NaN`` in a float
 field is a validation error, not a number compared later.
@@ -22,22 +29,27 @@ field is a validation error, not a number compared later.
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from contracts.vocabulary.versions import MAX_VERSION_LENGTH, VERSION_PATTERN
 
 __all__ = [
     "FINITE",
     "MAX_DETAIL_KEYS",
+    "MAX_IDENTIFIER",
+    "MAX_LABEL",
     "MAX_LABELS",
-    "MAX_LABEL_TEXT",
+    "MAX_NAME",
     "MAX_TEXT",
+    "MAX_VERSION_LENGTH",
     "ClusterSlugText",
     "Count",
     "Detail",
     "Identifier",
     "LabelText",
     "Labels",
+    "ResultDetail",
+    "ResultDetailValues",
     "Seconds",
     "VersionRangeText",
     "VersionText",
@@ -48,8 +60,13 @@ __all__ = [
 MAX_TEXT = 4096
 """The longest free text in a message (an error, a problem's message)."""
 MAX_LABELS = 32
-MAX_LABEL_TEXT = 63
+MAX_LABEL = 63
+"""A label's key or value (Kubernetes' own limit)."""
 MAX_DETAIL_KEYS = 64
+MAX_IDENTIFIER = 128
+"""The longest id a process makes up (:data:`Identifier`)."""
+MAX_NAME = 253
+"""A DNS name: agent names, cluster slugs and names, Kubernetes object names."""
 
 FINITE = ConfigDict(allow_inf_nan=False)
 """Merge into a model's config: NaN and ±Infinity are validation errors in every float field."""
@@ -72,16 +89,18 @@ VersionRangeText = Annotated[str, StringConstraints(max_length=512, pattern=r"^[
 """A range like ``>=0.7.0,<0.9.0`` (printable ASCII; its clauses are parsed by the policy)."""
 
 Identifier = Annotated[
-    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
+    str,
+    StringConstraints(min_length=1, max_length=MAX_IDENTIFIER, pattern=r"^[A-Za-z0-9._:-]+$"),
 ]
 """An id a process made up: agent, command, instance, sync ids and nonces."""
 
 ClusterSlugText = Annotated[
-    str, StringConstraints(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    str,
+    StringConstraints(min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$"),
 ]
 """A cluster slug as a collector reports it: a DNS label today, up to 253 from old charts."""
 
-LabelText = Annotated[str, StringConstraints(max_length=MAX_LABEL_TEXT, pattern=_NO_NUL)]
+LabelText = Annotated[str, StringConstraints(max_length=MAX_LABEL, pattern=_NO_NUL)]
 Labels = Annotated[dict[LabelText, LabelText], Field(max_length=MAX_LABELS)]
 """An agent's labels: what enrollment accepts, and so what heartbeats may report."""
 
@@ -90,7 +109,7 @@ def parse_labels(text: str | Mapping[str, str] | None) -> dict[str, str]:
     """``k=v,k2=v2`` as :data:`Labels`; spaces around keys and values are dropped, empty text
     (and empty items) is no labels, a mapping is checked as it is. Strict and bounded: an item
     that is not ``key=value``, an empty key, a key given twice, a key or value over
-    :data:`MAX_LABEL_TEXT` characters or holding NUL, or more than :data:`MAX_LABELS` labels
+    :data:`MAX_LABEL` characters or holding NUL, or more than :data:`MAX_LABELS` labels
     raises ``ValueError`` saying which."""
     if text is None:
         return {}
@@ -112,9 +131,9 @@ def parse_labels(text: str | Mapping[str, str] | None) -> dict[str, str]:
     for key, value in pairs:
         if not key:
             raise ValueError("a label has an empty key")
-        if len(key) > MAX_LABEL_TEXT or len(value) > MAX_LABEL_TEXT:
+        if len(key) > MAX_LABEL or len(value) > MAX_LABEL:
             raise ValueError(
-                f"label {key[:80]!r}: keys and values are at most {MAX_LABEL_TEXT} characters"
+                f"label {key[:80]!r}: keys and values are at most {MAX_LABEL} characters"
             )
         if "\x00" in key or "\x00" in value:
             raise ValueError(f"label {key[:80]!r} holds a NUL character")
@@ -128,6 +147,25 @@ def parse_labels(text: str | Mapping[str, str] | None) -> dict[str, str]:
 
 Detail = Annotated[dict[Annotated[str, text(128)], Any], Field(max_length=MAX_DETAIL_KEYS)]
 """A small map beside the facts (a result's detail, a command's args, extra metrics)."""
+
+
+class ResultDetailValues(BaseModel):
+    """The values of a result's ``detail`` that the Console stores, typed (other keys pass)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    new_version: VersionText | None = None
+
+
+def _stored_values_typed(detail: dict[str, Any]) -> dict[str, Any]:
+    ResultDetailValues.model_validate(detail)
+    return detail
+
+
+ResultDetail = Annotated[Detail, AfterValidator(_stored_values_typed)]
+"""A command result's ``detail``: a :data:`Detail` whose ``new_version`` (stored on the rollout
+target) is a :data:`VersionText` when present; a JSON object or a 600 KB string there fails the
+message, as any field over its bound does."""
 
 Seconds = Annotated[float, Field(ge=0, le=366 * 86400)]
 """A duration or an age in seconds: finite, not negative, at most a year."""

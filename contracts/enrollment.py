@@ -16,15 +16,22 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
-from contracts.bounds import Labels, VersionText, text
+from contracts.bounds import MAX_NAME, Identifier, Labels, VersionText, text
 from contracts.vocabulary import AgentType
 from contracts.vocabulary.identities import EnrollmentAction, RebindHow
 
 Name = Annotated[
     str,
-    StringConstraints(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$"),
+    StringConstraints(min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$"),
 ]
-PublicKey = Annotated[str, StringConstraints(pattern=r"^U[A-Z2-7]{55}$")]
+PUBLIC_KEY_LENGTH = 56
+"""An nkey user public key: ``U`` and 55 base32 characters."""
+PublicKey = Annotated[
+    str,
+    StringConstraints(
+        max_length=PUBLIC_KEY_LENGTH, pattern=rf"^U[A-Z2-7]{{{PUBLIC_KEY_LENGTH - 1}}}$"
+    ),
+]
 Signal = Annotated[str, text(128, min_length=1)]
 Version = VersionText
 
@@ -52,9 +59,7 @@ class EnrollRequest(BaseModel):
     signed_at: datetime
     signals: IdentitySignals = Field(default_factory=IdentitySignals)
     version: Version
-    instance_id: Annotated[
-        str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$")
-    ]
+    instance_id: Identifier
     can_self_update: StrictBool = True
     labels: Labels = Field(default_factory=dict)
 

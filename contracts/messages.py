@@ -12,6 +12,7 @@ from contracts.bounds import (
     Detail,
     Identifier,
     Labels,
+    ResultDetail,
     Seconds,
     VersionText,
     text,
@@ -101,7 +102,7 @@ class CommandResult(BaseModel):
         description="Why it was rejected or failed, as a fact (``error`` is the prose); None from "
         "agents that do not send it yet",
     )
-    detail: Detail = Field(default_factory=dict)
+    detail: ResultDetail = Field(default_factory=dict)
 
 
 class ResultAck(BaseModel):

@@ -36,7 +36,7 @@ from contracts.vocabulary.rollouts import (
     ThresholdAction,
 )
 
-Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+Sha256 = Annotated[str, StringConstraints(max_length=64, pattern=r"^[0-9a-f]{64}$")]
 
 
 class ArtifactRef(BaseModel):

@@ -55,6 +55,23 @@ def postgres() -> Iterator[ThrowawayPostgres]:
         pg.stop()
 
 
+@pytest.fixture
+def own_postgres() -> Iterator[ThrowawayPostgres]:
+    """A cluster of the test's own, for tests that stop it (``halt``/``resume``), which the
+    session's shared one must never see."""
+    try:
+        pg = ThrowawayPostgres()
+        pg.start()
+    except (PostgresUnavailableError, OSError) as exc:
+        if os.environ.get("PROXIMA_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL required but unavailable: {exc}")
+        pytest.skip(f"PostgreSQL unavailable here: {exc}")
+    try:
+        yield pg
+    finally:
+        pg.stop()
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":

@@ -3,18 +3,23 @@ one when it is back, never a traceback per request or per batch.
 
 Every caller reports what it saw (:meth:`Dependency.failed`, :meth:`Dependency.ok`); the
 dependency logs only the transitions and keeps ``up_since`` for readiness and for the rollout
-timeout sweep (a target's silence is evidence only once the Console could hear it)."""
+timeout sweep (a target's silence is evidence only once the Console could hear it).
+
+:class:`WriteStreak` is the ingester's own evidence: a database that answers ``SELECT 1`` but
+takes no write (locked by another writer, read-only after a failover, a disk full) records
+nothing for anyone; ``/readyz`` fails once that has lasted its window."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 
 from console.core.clock import utcnow
 
-__all__ = ["Dependency", "describe"]
+__all__ = ["Dependency", "WriteStreak", "describe"]
 
 log = logging.getLogger(__name__)
 
@@ -66,3 +71,39 @@ class Dependency:
             first, self._ever_up = not self._ever_up, True
         if not first:
             log.warning("%s available again after %.1f s", self.name, lasted)
+
+
+class WriteStreak:
+    """Whether the ingester's writes fail for everyone, and since when: a write that failed
+    whole (an outage, every row refused), or one still running, starts the streak; a write
+    that commits anything ends it. :meth:`failing` names it once it is ``window`` seconds old,
+    so one short outage does not flap readiness."""
+
+    def __init__(self, window: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window = window
+        self._clock = clock
+        self._attempt: float | None = None
+        self._failing: float | None = None
+        self._problem = ""
+
+    def started(self) -> None:
+        self._attempt = self._clock()
+
+    def succeeded(self) -> None:
+        self._attempt = self._failing = None
+
+    def failed(self, problem: str) -> None:
+        if self._failing is None:
+            self._failing = self._attempt if self._attempt is not None else self._clock()
+        self._attempt, self._problem = None, problem
+
+    def failing(self) -> str | None:
+        """Why writes have failed (or hung) for at least ``window`` seconds, else None."""
+        starts = [t for t in (self._failing, self._attempt) if t is not None]
+        if not starts:
+            return None
+        lasted = self._clock() - min(starts)
+        if lasted < self.window:
+            return None
+        why = self._problem if self._failing is not None else "a write is still running"
+        return f"no agent message written for {lasted:.0f} s ({why})"

@@ -150,6 +150,19 @@ class ConsoleSettings(BaseSettings):
         default=0.2, description="Heartbeats are written to the database in batches this often."
     )
     heartbeat_batch_max: int = Field(default=5000, description="Most heartbeats in one write.")
+    ingest_row_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=100,
+        description="Times one agent message the database refuses on its own (its batch split "
+        "around it) is tried before it is dropped and counted.",
+    )
+    ready_write_failure_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="/readyz answers 503 once no agent message could be written (or a write "
+        "hung) for this long.",
+    )
     k8s_sync_interval: str = Field(
         default="5m",
         description="The backend's copy of the cluster agent's syncInterval: set both to the same "

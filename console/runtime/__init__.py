@@ -88,6 +88,8 @@ class ConsoleRuntime:
                 max_age_seconds=settings.inventory_chunk_max_age_seconds,
                 max_inflated_bytes=settings.inventory_max_inflated_bytes,
             ),
+            row_attempts=settings.ingest_row_attempts,
+            write_failure_seconds=settings.ready_write_failure_seconds,
         )
         self.fleet_nats = FleetNats(settings, self.units, self.ingester)
         self.rate_limits = RateLimits(settings, self.units)
@@ -113,7 +115,8 @@ class ConsoleRuntime:
         return max(nats_up, db_up)
 
     async def readiness(self) -> dict[str, dict[str, Any]]:
-        """``/readyz``: the database (a ``SELECT 1`` now) and NATS (the system connection)."""
+        """``/readyz``: the database (a ``SELECT 1`` now, and the ingester's writes not failing
+        for ``ready_write_failure_seconds``) and NATS (the system connection)."""
         try:
             await self.units.run(lambda uow: uow.session.connection().exec_driver_sql("SELECT 1"))
         except ServiceUnavailableError:
@@ -123,7 +126,11 @@ class ConsoleRuntime:
             self.nats.failed("not connected")
         else:
             self.nats.ok()
-        return {dep.name: _detail(dep) for dep in (self.units.database, self.nats)}
+        checks = {dep.name: _detail(dep) for dep in (self.units.database, self.nats)}
+        writes_failing = self.ingester.writes.failing()
+        if writes_failing is not None:  # it answers reads, but takes no write
+            checks["database"] = {**checks["database"], "ok": False, "problem": writes_failing}
+        return checks
 
     def backend_url(self, request_base_url: str) -> str:
         """What agents should use: PROXIMA_PUBLIC_URL, else the address a request came in on."""

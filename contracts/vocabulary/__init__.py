@@ -10,6 +10,7 @@ in the rest of ``contracts`` are built on it.
   record;
 - :mod:`~contracts.vocabulary.inventory`: what kind of problem an inventory sync reports;
 - :mod:`~contracts.vocabulary.scopes`: :class:`Scope`, what an API token may do;
+- :mod:`~contracts.vocabulary.messages`: agent messages the Console drops, and why;
 - :mod:`~contracts.vocabulary.reasons`: :class:`ErrorReason`, every ``reason`` the system answers.
 """
 
@@ -22,6 +23,7 @@ from contracts.vocabulary.commands import (
 )
 from contracts.vocabulary.identities import EnrollmentAction, RebindHow, ReleaseOutcome
 from contracts.vocabulary.inventory import InventoryProblemKind
+from contracts.vocabulary.messages import MessageKind, RejectionReason
 from contracts.vocabulary.reasons import ErrorReason
 from contracts.vocabulary.rollouts import (
     DriverLostReason,
@@ -44,7 +46,9 @@ __all__ = [
     "ErrorReason",
     "FailureType",
     "InventoryProblemKind",
+    "MessageKind",
     "RebindHow",
+    "RejectionReason",
     "ReleaseOutcome",
     "ResultAckOutcome",
     "RolloutState",

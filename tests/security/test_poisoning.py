@@ -31,7 +31,8 @@ BIG = "1." + "0" * (900 * 1024)
 
 def _rejected(console: ConsoleProcess) -> float:
     text = httpx.get(f"{console.url}/metrics", timeout=5).text
-    match = re.search(r'proxima_messages_rejected_total\{kind="heartbeat"\} ([0-9.e+]+)', text)
+    series = r'proxima_messages_rejected_total\{kind="heartbeat",reason="invalid"\}'
+    match = re.search(series + r" ([0-9.e+]+)", text)
     return float(match.group(1)) if match else 0.0
 
 

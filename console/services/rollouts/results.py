@@ -92,7 +92,7 @@ def _apply(target: RolloutTarget, result: CommandResult, now: datetime) -> None:
         CommandStatus.FAILED: TargetStatus.FAILED,
         CommandStatus.REJECTED: TargetStatus.REJECTED,
     }[result.status].value
-    target.error = (result.error or "")[:2048] or None
+    target.error = result.error or None  # bounded by the contract, as its column
     target.failure_kind = (
         None
         if result.status is CommandStatus.SUCCEEDED or result.failure_kind is None

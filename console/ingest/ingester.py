@@ -7,6 +7,9 @@ cost a handful of transactions. Command results are requests: each is answered w
 ``ResultAck`` only after its batch has committed (at-least-once delivery; the agent retries
 until answered). A database outage keeps heartbeats (the latest per agent) for the next batch
 and answers results ``unavailable``; it is logged once when it starts and once when it ends.
+A row the database refuses on its own never fails the rest of its batch
+(``console.ingest.rejections``), and writes that keep failing for everyone fail ``/readyz``
+(:attr:`Ingester.writes`).
 
 The subject names the agent (the server lets an agent publish
 only under its own prefix), so the payload's own ``agent_id`` is never trusted. What is written,
@@ -26,16 +29,24 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Histogram
 from pydantic import ValidationError
 
 from console.core.clock import utcnow
+from console.core.outages import WriteStreak
 from console.errors import ServiceUnavailableError
+from console.ingest.chunks import (
+    INVENTORY_REFUSED,
+    ChunkLimits,
+    ChunkRefusedError,
+    PendingChunks,
+)
+from console.ingest.rejections import Isolated, RowFailures, isolate, reject
 from console.nats.jwt import decode_claims
 from console.services.clusters import inventory_refusal, record_inventories
 from console.services.heartbeats import (
@@ -48,7 +59,6 @@ from console.services.rollouts.results import record_results
 from console.services.unit_of_work import UnitsOfWork
 from contracts import subjects
 from contracts.inventory import (
-    ChunkHeader,
     InventoryAssemblyError,
     InventorySnapshot,
     assemble,
@@ -61,15 +71,10 @@ from contracts.messages import (
     ResultAck,
     ResultAckOutcome,
 )
+from contracts.vocabulary import ErrorReason
+from contracts.vocabulary.messages import MessageKind, RejectionReason
 
-__all__ = [
-    "ChunkLimits",
-    "ChunkRefusedError",
-    "IdentityChange",
-    "Ingester",
-    "InstanceTracker",
-    "PendingChunks",
-]
+__all__ = ["ChunkLimits", "IdentityChange", "Ingester", "InstanceTracker"]
 
 log = logging.getLogger(__name__)
 
@@ -88,32 +93,8 @@ RESULTS_DEFERRED = Counter(
 LAG_SAMPLES = 64
 """Heartbeats of a batch whose lag ``HEARTBEAT_LAG`` observes (all of a smaller batch)."""
 FLUSH_SECONDS = Histogram("proxima_heartbeat_flush_seconds", "Time to write one batch")
-REJECTED = Counter("proxima_messages_rejected_total", "Agent messages that did not parse", ["kind"])
-INVENTORY_REFUSED = Counter(
-    "proxima_inventory_refused_total", "Inventory chunks or syncs refused", ["reason"]
-)
-PENDING_BYTES = Gauge("proxima_inventory_pending_bytes", "Bytes of inventory chunks waiting")
-PENDING_CHUNKS = Gauge("proxima_inventory_pending_chunks", "Inventory chunks waiting")
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkLimits:
-    """The ``inventory_*`` settings: what one agent (and all) may have waiting."""
-
-    max_chunks: int = 1024
-    max_bytes: int = 64 * 1024 * 1024
-    max_bytes_total: int = 256 * 1024 * 1024
-    max_age_seconds: float = 120.0
-    max_inflated_bytes: int = 64 * 1024 * 1024
-
-
-class ChunkRefusedError(Exception):
-    """A chunk that would break a limit: its whole sync is dropped. ``reason`` is a metric label."""
-
-    def __init__(self, agent_id: str, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.agent_id = agent_id
-        self.reason = reason
+_INVALID = RejectionReason.INVALID
+_UNWRITABLE = RejectionReason.UNWRITABLE
 
 
 @dataclass(slots=True)
@@ -127,102 +108,31 @@ class _Unwritten:
     sent: list[datetime] = field(default_factory=list)
     count: int = 0
 
+    def writer(self, units: UnitsOfWork) -> Callable[[list[str]], Awaitable[None]]:
+        """Writes the rows of some of these agents in one unit of work."""
 
-@dataclass(slots=True)
-class _Sync:
-    header: ChunkHeader
-    started: float
-    parts: dict[int, bytes] = field(default_factory=dict)
-    size: int = 0
-
-
-class PendingChunks:
-    """The chunks of each agent's sync in flight (one per agent: a new ``sync_id`` replaces the
-    older one), held within :class:`ChunkLimits`."""
-
-    def __init__(self, limits: ChunkLimits, clock: Callable[[], float] = time.monotonic) -> None:
-        self.limits = limits
-        self._clock = clock
-        self._syncs: dict[str, _Sync] = {}
-        self.total_bytes = 0
-
-    def add(
-        self, agent_id: str, header: ChunkHeader, part: bytes
-    ) -> list[tuple[ChunkHeader, bytes]] | None:
-        """The sync's chunks once all have arrived, else None. Raises ChunkRefusedError."""
-        now = self._clock()
-        self.expire(now)
-        sync = self._syncs.get(agent_id)
-        if sync is None or sync.header.sync_id != header.sync_id:
-            self._drop(agent_id)
-            if header.total > self.limits.max_chunks:
-                raise ChunkRefusedError(
-                    agent_id,
-                    "too_many_chunks",
-                    f"a sync of {header.total} chunks (limit {self.limits.max_chunks})",
-                )
-            sync = self._syncs[agent_id] = _Sync(header=header, started=now)
-        elif (header.total, header.sha256) != (sync.header.total, sync.header.sha256):
-            self._drop(agent_id)
-            raise ChunkRefusedError(agent_id, "inconsistent", "chunks of one sync disagree")
-        old = sync.parts.pop(header.seq, b"")
-        sync.parts[header.seq] = part
-        sync.size += len(part) - len(old)
-        self.total_bytes += len(part) - len(old)
-        if sync.size > self.limits.max_bytes:
-            self._drop(agent_id)
-            raise ChunkRefusedError(
-                agent_id,
-                "too_many_bytes",
-                f"more than {self.limits.max_bytes} bytes of chunks waiting",
-            )
-        self._shed(keep=agent_id)
-        self._report()
-        if len(sync.parts) < sync.header.total:
-            return None
-        self._drop(agent_id)
-        return [(sync.header.model_copy(update={"seq": seq}), p) for seq, p in sync.parts.items()]
-
-    def expire(self, now: float | None = None) -> list[str]:
-        """Drop syncs older than the age limit; the agents whose sync was dropped."""
-        now = self._clock() if now is None else now
-        old = [a for a, s in self._syncs.items() if now - s.started > self.limits.max_age_seconds]
-        for agent_id in old:
-            self._drop(agent_id)
-        return old
-
-    def _shed(self, *, keep: str) -> None:
-        # Over the total: the oldest syncs of other agents go first, then this one.
-        for agent_id in sorted(self._syncs, key=lambda a: (a == keep, self._syncs[a].started)):
-            if self.total_bytes <= self.limits.max_bytes_total:
-                return
-            self._drop(agent_id)
-            INVENTORY_REFUSED.labels("total_bytes").inc()
-            log.warning(
-                "inventory sync of agent %s dropped: total pending bytes over %s",
-                agent_id,
-                self.limits.max_bytes_total,
+        async def write(part: list[str]) -> None:
+            chosen = set(part)
+            latest = {a: hb for a, hb in self.latest.items() if a in chosen}
+            metrics = {a: m for a, m in self.metrics.items() if a in chosen}
+            changes = [c for c in self.changes if c.agent_id in chosen]
+            await units.run(
+                lambda uow: record_heartbeats(uow.session, latest, metrics, changes), write=True
             )
 
-    def _drop(self, agent_id: str) -> None:
-        sync = self._syncs.pop(agent_id, None)
-        if sync is not None:
-            self.total_bytes -= sync.size
-        self._report()
+        return write
 
-    def _report(self) -> None:
-        PENDING_BYTES.set(self.total_bytes)
-        PENDING_CHUNKS.set(self.pending_chunks())
-
-    def pending_chunks(self, agent_id: str | None = None) -> int:
-        if agent_id is not None:
-            sync = self._syncs.get(agent_id)
-            return len(sync.parts) if sync else 0
-        return sum(len(s.parts) for s in self._syncs.values())
-
-    def pending_bytes(self, agent_id: str) -> int:
-        sync = self._syncs.get(agent_id)
-        return sync.size if sync else 0
+    def keeping(self, agents: set[str]) -> _Unwritten:
+        """What is left to write: these agents' rows only."""
+        if not agents:
+            return _Unwritten()
+        return _Unwritten(
+            latest={a: hb for a, hb in self.latest.items() if a in agents},
+            metrics={a: m for a, m in self.metrics.items() if a in agents},
+            changes=[c for c in self.changes if c.agent_id in agents],
+            sent=self.sent if len(agents) >= len(self.latest) else [],
+            count=len(agents),
+        )
 
 
 class Ingester:
@@ -234,6 +144,8 @@ class Ingester:
         batch_max: int,
         chunk_limits: ChunkLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
+        row_attempts: int = 3,
+        write_failure_seconds: float = 10.0,
     ) -> None:
         self._units = units
         self._flush_seconds = flush_seconds
@@ -251,6 +163,8 @@ class Ingester:
         self._task: asyncio.Task[None] | None = None
         self.tracker = InstanceTracker()
         self.flushed = 0
+        self.failures: RowFailures[tuple[MessageKind, str]] = RowFailures(row_attempts)
+        self.writes = WriteStreak(write_failure_seconds, clock)
 
     # --- NATS callbacks -------------------------------------------------------------------
     async def on_heartbeat(self, msg: Any) -> None:
@@ -258,7 +172,7 @@ class Ingester:
             agent_id = subjects.agent_id_of(msg.subject)
             hb = Heartbeat.model_validate_json(msg.data)
         except (ValueError, ValidationError):
-            REJECTED.labels("heartbeat").inc()
+            reject(MessageKind.HEARTBEAT, _INVALID, _subject_agent(msg.subject))
             return
         self._heartbeats.append((agent_id, hb))
         if len(self._heartbeats) >= self._batch_max:
@@ -271,7 +185,7 @@ class Ingester:
             agent_id = subjects.agent_id_of(msg.subject)
             self._results.append((agent_id, CommandResult.model_validate_json(msg.data), msg))
         except (ValueError, ValidationError):
-            REJECTED.labels("result").inc()
+            reject(MessageKind.RESULT, _INVALID, _subject_agent(msg.subject))
             return
         self._full.set()  # results decide stalls: write them without waiting for the timer
 
@@ -281,7 +195,7 @@ class Ingester:
             agent_id = subjects.agent_id_of(msg.subject)
             header, part = split_chunk(msg.data)
         except ValueError:
-            REJECTED.labels("inventory").inc()
+            reject(MessageKind.INVENTORY, _INVALID, _subject_agent(msg.subject))
             return
         if not await self._may_send_inventory(agent_id):
             return
@@ -335,7 +249,7 @@ class Ingester:
             agent_id = subjects.agent_id_of(msg.subject)
             self._metrics[agent_id] = HostMetrics.model_validate_json(msg.data)
         except (ValueError, ValidationError):
-            REJECTED.labels("metrics").inc()
+            reject(MessageKind.METRICS, _INVALID, _subject_agent(msg.subject))
 
     # --- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -372,8 +286,9 @@ class Ingester:
 
     async def flush(self) -> None:
         """Write what arrived. Results are answered per batch (recorded, or ``unavailable``
-        for the agent to retry); heartbeats and metrics that fail to write are kept (the latest
-        per agent) and written with the next batch; raises ServiceUnavailableError then."""
+        for the agent to retry); heartbeats, metrics and inventories that fail to write are
+        kept (the latest per agent) for the next batch, a row the database refuses alone only
+        within its attempts; raises ServiceUnavailableError on an outage."""
         for agent_id in self.pending.expire():
             INVENTORY_REFUSED.labels("too_old").inc()
             log.warning(
@@ -381,15 +296,29 @@ class Ingester:
                 agent_id,
                 self.pending.limits.max_age_seconds,
             )
-        results, self._results = self._results, []
-        if results:
-            await self._write_results(results)
-        inventories, self._inventories = self._inventories, {}
-        if inventories:
-            await self._units.run(
-                lambda uow: record_inventories(uow.session, inventories), write=True
-            )
-            INVENTORIES.inc(len(inventories))
+        self.writes.started()
+        outcomes = [await self._write_results(), await self._write_inventories()]
+        try:
+            await self._write_refused()
+            outcomes.append(await self._write_heartbeats())
+        except ServiceUnavailableError as outage:
+            self.writes.failed(outage.message)
+            raise
+        self._note(outcomes)
+
+    def _note(self, outcomes: list[Isolated[Any, Any] | None]) -> None:
+        """Tell the write streak what this flush did; raise its outage, if any."""
+        tried = [done for done in outcomes if done is not None]
+        outage = next((done.outage for done in tried if done.outage is not None), None)
+        if not tried or any(done.written for done in tried):
+            self.writes.succeeded()
+        else:
+            failed = [problem for done in tried for _row, problem in done.failed]
+            self.writes.failed(outage.message if outage else (failed or ["unknown"])[0])
+        if outage is not None:
+            raise outage
+
+    async def _write_refused(self) -> None:
         refused, self._refused = self._refused, {}
         if refused:
             try:
@@ -398,9 +327,36 @@ class Ingester:
                 for key, count in refused.items():
                     self._refused[key] = self._refused.get(key, 0) + count
                 raise
-        await self._write_heartbeats()
 
-    async def _write_heartbeats(self) -> None:
+    def _drop_after_attempts(
+        self, kind: MessageKind, key: str, agent_id: str, problem: str
+    ) -> bool:
+        """A row that failed alone: True (counted, logged once) when its attempts are used."""
+        if not self.failures.failed((kind, key)):
+            return False
+        reject(kind, _UNWRITABLE, agent_id, problem)
+        return True
+
+    async def _write_inventories(self) -> Isolated[str, None] | None:
+        inventories, self._inventories = self._inventories, {}
+        if not inventories:
+            return None
+
+        async def write(part: list[str]) -> None:
+            chosen = {agent_id: inventories[agent_id] for agent_id in part}
+            await self._units.run(lambda uow: record_inventories(uow.session, chosen), write=True)
+
+        done = await isolate(sorted(inventories), write)
+        INVENTORIES.inc(sum(len(part) for part, _ in done.written))
+        keep = list(done.unwritten)
+        for agent_id, problem in done.failed:
+            if not self._drop_after_attempts(MessageKind.INVENTORY, agent_id, agent_id, problem):
+                keep.append(agent_id)
+        for agent_id in keep:  # a newer sync that arrived meanwhile wins
+            self._inventories.setdefault(agent_id, inventories[agent_id])
+        return done
+
+    async def _write_heartbeats(self) -> Isolated[str, None] | None:
         batch, self._heartbeats = self._heartbeats, []
         metrics, self._metrics = self._metrics, {}
         pending = self._unwritten
@@ -420,61 +376,112 @@ class Ingester:
         pending.sent.extend(hb.sent_at for _a, hb in batch[::step])
         del pending.sent[: -self._batch_max]  # a bounded list
         if not pending.latest and not pending.metrics:
-            return
-        latest, merged, changes = pending.latest, pending.metrics, pending.changes
+            return None
         started = time.perf_counter()
-        await self._units.run(
-            lambda uow: record_heartbeats(uow.session, latest, merged, changes), write=True
+        done = await isolate(
+            sorted(pending.latest.keys() | pending.metrics.keys()), pending.writer(self._units)
         )
         FLUSH_SECONDS.observe(time.perf_counter() - started)
-        self._unwritten = _Unwritten()
+        self._unwritten = pending.keeping(self._kept_heartbeats(pending, done))
+        if done.written:
+            self._count_written(pending, done)
+        return done
+
+    def _kept_heartbeats(self, pending: _Unwritten, done: Isolated[str, None]) -> set[str]:
+        keep = set(done.unwritten)
+        for agent_id, problem in done.failed:
+            kind = MessageKind.HEARTBEAT if agent_id in pending.latest else MessageKind.METRICS
+            if not self._drop_after_attempts(kind, agent_id, agent_id, problem):
+                keep.add(agent_id)
+        for part, _ in done.written:
+            for agent_id in part:
+                self.failures.written((MessageKind.HEARTBEAT, agent_id))
+        return keep
+
+    def _count_written(self, pending: _Unwritten, done: Isolated[str, None]) -> None:
         committed = utcnow()
-        for sent_at in pending.sent:
+        for sent_at in pending.sent if not done.failed and done.outage is None else ():
             sent = sent_at if sent_at.tzinfo else sent_at.replace(tzinfo=committed.tzinfo)
             HEARTBEAT_LAG.observe(max(0.0, (committed - sent).total_seconds()))
-        HEARTBEATS.inc(pending.count)
-        self.flushed += pending.count
+        written = max(0, pending.count - len(self._unwritten.latest))
+        HEARTBEATS.inc(written)
+        self.flushed += written
 
-    async def _write_results(self, results: list[tuple[str, CommandResult, Any]]) -> None:
-        """Commit the batch, then answer each request; a database outage answers
-        ``unavailable`` (the agents keep their results and retry)."""
-        batch = [(agent_id, result) for agent_id, result, _msg in results]
-        try:
-            recorded = await self._units.run(
-                lambda uow: record_results(uow.session, batch), write=True
+    async def _write_results(self) -> Isolated[tuple[str, CommandResult, Any], Any] | None:
+        """Commit the batch (a refused row alone: ``console.ingest.rejections``), then answer
+        each request; a database outage answers ``unavailable`` (the agents keep their results
+        and retry)."""
+        results, self._results = self._results, []
+        if not results:
+            return None
+
+        async def write(part: list[tuple[str, CommandResult, Any]]) -> Any:
+            rows = [(agent_id, result) for agent_id, result, _msg in part]
+            return await self._units.run(lambda uow: record_results(uow.session, rows), write=True)
+
+        done = await isolate(results, write)
+        answers: list[tuple[Any, ResultAck]] = []
+        for part, recorded in done.written:
+            RESULTS.inc(len(part))
+            for rollout_id in recorded.halted:
+                log.warning("rollout %s halted by its failure criteria", rollout_id)
+            for (agent_id, _r, _m), ack in zip(part, recorded.acks, strict=True):
+                if ack.outcome is ResultAckOutcome.REFUSED:
+                    log.warning("result from agent %s refused: %s", agent_id, ack.message)
+            answers.extend(
+                (msg, ack) for (_a, _r, msg), ack in zip(part, recorded.acks, strict=True)
             )
-        except ServiceUnavailableError as e:
-            acks = [
-                ResultAck(
-                    command_id=r.command_id,
-                    outcome=ResultAckOutcome.UNAVAILABLE,
-                    reason=e.reason,
-                    message=e.message,
-                )
-                for _a, r, _m in results
-            ]
-            await self._answer(results, acks)
-            RESULTS_DEFERRED.inc(len(results))
-            return
-        except Exception:
-            # A bug, not an outage: no answer, so each agent retries after its timeout.
-            log.exception("recording %d command results failed", len(results))
-            return
-        RESULTS.inc(len(results))
-        for rollout_id in recorded.halted:
-            log.warning("rollout %s halted by its failure criteria", rollout_id)
-        for (agent_id, _r, _m), ack in zip(results, recorded.acks, strict=True):
-            if ack.outcome is ResultAckOutcome.REFUSED:
-                log.warning("result from agent %s refused: %s", agent_id, ack.message)
-        await self._answer(results, recorded.acks)
+        for (agent_id, result, msg), problem in done.failed:
+            key = f"{agent_id}/{result.command_id}"  # its retries count against it
+            dropped = self._drop_after_attempts(MessageKind.RESULT, key, agent_id, problem)
+            answers.append((msg, _unstorable(result, dropped=dropped)))
+        if done.outage is not None:
+            outage = done.outage
+            answers.extend(
+                (msg, _unavailable(result, outage.reason, outage.message))
+                for _a, result, msg in done.unwritten
+            )
+            RESULTS_DEFERRED.inc(len(done.unwritten))
+        await self._answer(answers)
+        return done
 
-    async def _answer(
-        self, results: list[tuple[str, CommandResult, Any]], acks: list[ResultAck]
-    ) -> None:
-        for (_agent_id, _result, msg), ack in zip(results, acks, strict=True):
+    async def _answer(self, answers: list[tuple[Any, ResultAck]]) -> None:
+        for msg, ack in answers:
             if not getattr(msg, "reply", None):
                 continue
             try:
                 await msg.respond(ack.model_dump_json(exclude_none=True).encode())
             except Exception as e:  # NATS went away: the agent times out and retries
                 log.debug("acknowledging result %s failed: %s", ack.command_id, e)
+
+
+def _unavailable(result: CommandResult, reason: ErrorReason, message: str) -> ResultAck:
+    return ResultAck(
+        command_id=result.command_id,
+        outcome=ResultAckOutcome.UNAVAILABLE,
+        reason=reason,
+        message=message,
+    )
+
+
+def _unstorable(result: CommandResult, *, dropped: bool) -> ResultAck:
+    """The answer to a result the database refused alone: retry later, or, its attempts used,
+    refused for good (the agent stops sending it)."""
+    if not dropped:
+        return _unavailable(
+            result, ErrorReason.DATABASE_UNAVAILABLE, "the result could not be stored; retry later"
+        )
+    return ResultAck(
+        command_id=result.command_id,
+        outcome=ResultAckOutcome.REFUSED,
+        reason=ErrorReason.INVALID_REQUEST,
+        message="the Console cannot store this result",
+    )
+
+
+def _subject_agent(subject: str) -> str:
+    """The agent a message's subject names, for a rejection's log line ("?" when it names none)."""
+    try:
+        return subjects.agent_id_of(subject)
+    except ValueError:
+        return "?"
