@@ -7,6 +7,7 @@ The web pages render these same models."""
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
+from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -129,7 +130,11 @@ class PublishedSettings(ConsoleSettingsView):
 
 
 class RolloutStart(BaseModel):
-    flow_run_id: str | None = None
+    flow_run_id: UUID | None = Field(
+        default=None,
+        description="The calling flow run's Prefect id: recorded only when the Console started "
+        "that run, or Prefect says it is a fleet-rollout run started for this rollout",
+    )
 
 
 class RolloutReason(BaseModel):
