@@ -11,7 +11,8 @@ within them); the Console's settings may only be stricter (``inventory_*`` for c
 - :func:`text`: free text of at most ``n`` characters, no NUL (PostgreSQL refuses it);
 - :data:`Labels`: an agent's labels (32 pairs of 63 characters, as enrollment accepts);
 - :data:`Detail`: a small free-form map (64 keys) beside the facts of a message;
-- :data:`Seconds` and the other ``Annotated`` numbers: finite, never NaN or infinite.
+- :data:`Seconds` and the other ``Annotated`` numbers: finite, never NaN or infinite;
+- :data:`SqlIndex`: an offset or index a query binds, within :data:`MAX_SQL_INT`.
 
 Models that carry them set ``allow_inf_nan=False`` (:data:`FINITE`), so ``NaN`` in a float
 field is a validation error, not a number compared later.
@@ -27,6 +28,7 @@ __all__ = [
     "FINITE",
     "MAX_DETAIL_KEYS",
     "MAX_LABELS",
+    "MAX_SQL_INT",
     "MAX_TEXT",
     "ClusterSlugText",
     "Count",
@@ -35,6 +37,7 @@ __all__ = [
     "LabelText",
     "Labels",
     "Seconds",
+    "SqlIndex",
     "VersionRangeText",
     "VersionText",
     "text",
@@ -87,3 +90,11 @@ Seconds = Annotated[float, Field(ge=0, le=366 * 86400)]
 
 Count = Annotated[int, Field(ge=0, le=2**53)]
 """A count or a size in bytes: not negative, exact in a JSON double."""
+
+MAX_SQL_INT = 2**63 - 1
+"""The largest integer the databases store and compare (PostgreSQL ``BIGINT``, SQLite's
+``INTEGER``): past it a driver raises instead of answering."""
+
+SqlIndex = Annotated[int, Field(ge=0, le=MAX_SQL_INT)]
+"""A non-negative integer a request hands to SQL (an offset, a wave index): past
+:data:`MAX_SQL_INT` it is a 422, never a driver's overflow."""

@@ -7,6 +7,7 @@ from console.core.audit_log import Field, audit, audit_refusal, client_address
 from console.core.secrets import loggable_prefix
 from console.errors import ConsoleError
 from console.services import enrollment, identities
+from console.services.enrollment_facts import token_usable
 from contracts.enrollment import (
     EnrollRequest,
     EnrollResponse,
@@ -57,7 +58,13 @@ async def enroll_agent(req: EnrollRequest, runtime: RuntimeDep, request: Request
         answer, created = await enrollment.enroll_agent(
             runtime,
             req,
-            guard=lambda uow: limits.count(uow, limits.enroll, source=source, token_prefix=prefix),
+            guard=lambda uow: limits.count(
+                uow,
+                limits.enroll,
+                source=source,
+                token=req.install_token,
+                valid=token_usable(uow.session, req.install_token),
+            ),
         )
     except ConsoleError as exc:
         failed = exc.status == 401 or exc.reason in _BAD_PROOF
@@ -85,7 +92,7 @@ async def _limit_agent(runtime: RuntimeDep, agent_id: str, request: Request) -> 
     dependency, so it counts before the body is even read: malformed calls count too."""
     try:
         rules = runtime.rate_limits
-        await rules.check(rules.agent_credentials, source=None, token_prefix=agent_id)
+        await rules.check(rules.agent_credentials, source=None, token=agent_id)
     except ConsoleError as exc:
         audit_refusal(
             "agent_call_refused",

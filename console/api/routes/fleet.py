@@ -9,6 +9,7 @@ from console.api.responses import errors
 from console.schemas import ReleaseAnswer, RotationResult
 from console.services import fleet, identities
 from contracts.agent_types import AgentType
+from contracts.bounds import MAX_SQL_INT
 from contracts.views import AgentDetailView, AgentPage, AgentView
 from contracts.vocabulary import AgentFlag, AgentStatus
 
@@ -28,7 +29,7 @@ async def list_agents(
     flag: AgentFlag | None = None,
     label: Annotated[str | None, Query(description="k=v")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_SQL_INT)] = 0,
 ) -> AgentPage:
     return await fleet.list_agents(
         runtime,

@@ -8,10 +8,10 @@ with the API's reason and message verbatim.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
 from console.errors import ConsoleError, ForbiddenError, NotFoundError, UnauthorizedError
@@ -20,6 +20,7 @@ from console.services import fleet, identities
 from console.web.deps import FormDep, RuntimeDep, ViewerDep, get_web
 from console.web.routing import PageRoute
 from contracts.agent_types import AgentType
+from contracts.bounds import MAX_SQL_INT
 from contracts.vocabulary import AgentFlag, AgentStatus, ErrorReason
 
 router = APIRouter(route_class=PageRoute, include_in_schema=False)
@@ -79,7 +80,7 @@ async def list_agents(
     version: str = "",
     name: str = "",
     flag: str = "",
-    offset: int = 0,
+    offset: Annotated[int, Query(le=MAX_SQL_INT)] = 0,
 ) -> Response:
     viewer.require(Scope.AGENTS_READ)
     offset = max(0, offset)
