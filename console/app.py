@@ -16,6 +16,7 @@ from sqlalchemy import exc as db_errors
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from console.api.responses import errors
 from console.api.routes import (
@@ -289,4 +290,8 @@ def create_app(settings: ConsoleSettings, runtime: ConsoleRuntime | None = None)
         limit=settings.max_request_bytes,
         large={"/api/v1/artifacts": settings.artifact_max_bytes},
     )
+    if settings.trusted_proxies:
+        # X-Forwarded-For/-Proto only from the configured proxies (the app's own rule, so it
+        # holds however the app is served; ``serve`` turns uvicorn's off).
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
     return app

@@ -1,7 +1,8 @@
 """Bearer API tokens with scopes bound to (client, environment).
 
 401: no token, or one the Console does not know (or expired/revoked).
-403: a known token that lacks the scope, or asks about another client's or environment's data.
+403: a known token that lacks the scope, or asks about another client's or environment's data
+(that one is an audit record: ``access_refused``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from datetime import datetime
 
 from sqlmodel import Session, select
 
+from console.core.audit_log import audit_refusal
 from console.core.clock import utcnow
 from console.core.secrets import token_hash
 from console.errors import ForbiddenError, UnauthorizedError
@@ -35,6 +37,15 @@ class Principal:
     def require_on(self, scope: Scope, *, client_id: str, environment_id: str) -> None:
         self.require(scope)
         if client_id != self.client_id or environment_id != self.environment_id:
+            audit_refusal(
+                "access_refused",
+                reason=ErrorReason.WRONG_ENVIRONMENT,
+                token_id=self.token_id,
+                token_name=self.name,
+                scope=str(scope),
+                client_id=client_id,
+                environment_id=environment_id,
+            )
             raise ForbiddenError(
                 ErrorReason.WRONG_ENVIRONMENT,
                 f"this API token's {scope.value!r} scope is bound to another client or environment",

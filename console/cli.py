@@ -79,6 +79,9 @@ def serve(
             port=settings.port,
             log_config=None,
             access_log=False,
+            # The app trusts forwarding headers only from PROXIMA_TRUSTED_PROXIES (console.app);
+            # uvicorn's own default would trust them from 127.0.0.1 (FORWARDED_ALLOW_IPS).
+            proxy_headers=False,
         )
     except SystemExit as exc:  # uvicorn's "startup failed" (3), after logging the reason
         if exc.code:

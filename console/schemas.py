@@ -6,6 +6,7 @@ The web pages render these same models."""
 
 from datetime import datetime
 from typing import Annotated
+from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -108,7 +109,11 @@ class PublishedSettings(ConsoleSettingsView):
 
 
 class RolloutStart(BaseModel):
-    flow_run_id: str | None = None
+    flow_run_id: UUID | None = Field(
+        default=None,
+        description="The calling flow run's Prefect id: recorded only when the Console started "
+        "that run, or Prefect says it is a fleet-rollout run started for this rollout",
+    )
 
 
 class RolloutReason(BaseModel):

@@ -16,7 +16,8 @@ within them); the Console's settings may only be stricter (``inventory_*`` for c
 - :data:`Detail`: a small free-form map (64 keys) beside the facts of a message; a value the
   Console stores is typed in the message's contract (a result's ``new_version``:
   :data:`ResultDetail`);
-- :data:`Seconds` and the other ``Annotated`` numbers: finite, never NaN or infinite.
+- :data:`Seconds` and the other ``Annotated`` numbers: finite, never NaN or infinite;
+- :data:`SqlIndex`: an offset or index a query binds, within :data:`MAX_SQL_INT`.
 
 The ``MAX_*`` numbers are also the lengths of the database columns that store these fields
 (``console/models.py`` imports them; ``tests/console/test_column_bounds.py`` holds every stored
@@ -40,6 +41,7 @@ __all__ = [
     "MAX_LABEL",
     "MAX_LABELS",
     "MAX_NAME",
+    "MAX_SQL_INT",
     "MAX_TEXT",
     "MAX_VERSION_LENGTH",
     "ClusterSlugText",
@@ -51,6 +53,7 @@ __all__ = [
     "ResultDetail",
     "ResultDetailValues",
     "Seconds",
+    "SqlIndex",
     "VersionRangeText",
     "VersionText",
     "parse_labels",
@@ -172,3 +175,11 @@ Seconds = Annotated[float, Field(ge=0, le=366 * 86400)]
 
 Count = Annotated[int, Field(ge=0, le=2**53)]
 """A count or a size in bytes: not negative, exact in a JSON double."""
+
+MAX_SQL_INT = 2**63 - 1
+"""The largest integer the databases store and compare (PostgreSQL ``BIGINT``, SQLite's
+``INTEGER``): past it a driver raises instead of answering."""
+
+SqlIndex = Annotated[int, Field(ge=0, le=MAX_SQL_INT)]
+"""A non-negative integer a request hands to SQL (an offset, a wave index): past
+:data:`MAX_SQL_INT` it is a 422, never a driver's overflow."""

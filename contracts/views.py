@@ -12,7 +12,7 @@ from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from contracts.bounds import Identifier, parse_labels, text
+from contracts.bounds import Identifier, SqlIndex, parse_labels, text
 from contracts.enrollment import PublicKey
 from contracts.inventory import InventoryProblem
 from contracts.vocabulary import AgentFlag, AgentStatus, AgentType
@@ -108,7 +108,7 @@ class AgentFilter(BaseModel):
         default=None, description="k=v (or k=v,k2=v2: every one)"
     )
     limit: Annotated[int, Field(ge=1, le=MAX_LIST_PAGE)] = 100
-    offset: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
+    offset: SqlIndex = 0
 
     @field_validator("agent_type", "status", "version", "name", "flag", "label", mode="before")
     @classmethod

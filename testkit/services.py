@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
+from uuid import UUID
 
 import nkeys
 from sqlalchemy import create_engine, event
@@ -33,7 +34,7 @@ from console.bootstrap import bootstrap
 from console.core.db import migrate
 from console.core.settings import ConsoleSettings
 from console.models import Agent
-from console.prefect_api import ResumeAnswer, RunState
+from console.prefect_api import ResumeAnswer, RunOrigin, RunState
 from console.schemas import InstallTokenCreate
 from console.services import tokens
 from console.services.heartbeats import record_heartbeats
@@ -118,12 +119,12 @@ class CommandSent:
 class FlowStarted:
     deployment: str
     parameters: dict[str, Any] = field(hash=False)
-    flow_run_id: str = ""
+    flow_run_id: UUID | None = None
 
 
 @dataclass(frozen=True)
 class FlowResumed:
-    flow_run_id: str
+    flow_run_id: UUID
     run_input: dict[str, Any] = field(hash=False)
 
 
@@ -162,18 +163,27 @@ class RecordingPrefectApi:
     def __init__(self, api_url: str, *, timeout: float = 10.0) -> None:
         self.api_url = api_url
 
-    async def start_deployment(self, name: str, parameters: dict[str, Any]) -> str:
-        flow_run_id = f"flow-run-{len(self.recorder.of(FlowStarted)) + 1}"
+    async def start_deployment(self, name: str, parameters: dict[str, Any]) -> UUID:
+        """The n-th run started is ``UUID(int=n)``."""
+        flow_run_id = UUID(int=len(self.recorder.of(FlowStarted)) + 1)
         self.recorder.record(FlowStarted(name, dict(parameters), flow_run_id))
         return flow_run_id
 
-    async def resume(self, flow_run_id: str, run_input: dict[str, Any]) -> ResumeAnswer:
+    async def resume(self, flow_run_id: UUID, run_input: dict[str, Any]) -> ResumeAnswer:
         self.recorder.record(FlowResumed(flow_run_id, dict(run_input)))
-        return ResumeAnswer(True, "ACCEPT")
+        return ResumeAnswer(True, "accepted")
 
-    async def flow_run_state(self, flow_run_id: str) -> RunState | None:
+    async def flow_run_state(self, flow_run_id: UUID) -> RunState | None:
         """Every recorded run is paused (the state the Console's resume expects)."""
         return RunState("PAUSED", "Paused", "")
+
+    async def flow_run_origin(self, flow_run_id: UUID) -> RunOrigin | None:
+        """A run this double started: its deployment's flow and ``rollout_id``; else None."""
+        for started in self.recorder.of(FlowStarted):
+            if started.flow_run_id == flow_run_id:
+                flow = started.deployment.partition("/")[0]
+                return RunOrigin(flow, started.parameters.get("rollout_id"))
+        return None
 
 
 # -- the runtime -----------------------------------------------------------------------------------

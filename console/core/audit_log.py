@@ -43,6 +43,7 @@ def _emit(level: int, event: str, fields: dict[str, Field]) -> None:
 
 
 def client_address(request: Request) -> str:
-    """The caller's address as uvicorn reports it: behind a proxy, the proxy's, unless uvicorn
-    trusts it (``--forwarded-allow-ips``) and takes the client's from X-Forwarded-For."""
+    """The caller's address: the connection's peer, or the client X-Forwarded-For names when
+    the peer is one of ``PROXIMA_TRUSTED_PROXIES`` (``console.app``); never a header's word
+    from anyone else."""
     return request.client.host if request.client else "unknown"

@@ -3,6 +3,7 @@
 Built once in ``main`` (or by the test that starts the app), never at import time.
 """
 
+import ipaddress
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -278,29 +279,46 @@ class ConsoleSettings(BaseSettings):
     )
     sign_in_rate_per_source: str = Field(
         default="60/minute",
-        description="Web sign-in attempts accepted from one source address (limits notation: "
-        "'60/minute', '10/second;600/hour'); more answer 429 with Retry-After.",
+        description="Web sign-in attempts with a token that is not valid accepted from one "
+        "source address (limits notation: '60/minute', '10/second;600/hour'); more answer 429 "
+        "with Retry-After. A valid token is never refused for others' failures.",
     )
     sign_in_rate_per_token: str = Field(
         default="30/minute",
-        description="Web sign-in attempts accepted with one API token (by its display prefix).",
+        description="Web sign-in attempts accepted with one API token (counted by a digest of "
+        "the whole token, never its public prefix).",
     )
     enroll_rate_per_source: str = Field(
         default="3000/minute",
-        description="Enrollment requests accepted from one source address: a NAT or proxy in "
-        "front of a whole fleet is one source.",
+        description="Enrollment requests with an install token that is not valid accepted from "
+        "one source address (a valid token counts against its own rate only).",
     )
     enroll_rate_per_token: str = Field(
         default="2000/minute",
-        description="Enrollment requests accepted with one install token (by its display prefix).",
+        description="Enrollment requests accepted with one install token (counted by a digest "
+        "of the whole token, never its public prefix).",
     )
     agent_credentials_rate: str = Field(
         default="30/minute",
         description="Signature-authenticated agent calls (a fresh NATS JWT, a key-rotation proof) "
         "accepted for one agent id; more answer 429 with Retry-After.",
     )
+    trusted_proxies: CommaList = Field(
+        default_factory=list,
+        description="Addresses or networks (comma-separated, e.g. 10.0.0.5,10.1.0.0/16) of the "
+        "reverse proxies in front of the Console: only a connection from one of them may set "
+        "the client's address (X-Forwarded-For: rate limits per source, the audit log's "
+        "source) and scheme (X-Forwarded-Proto). Unset: the headers are ignored.",
+    )
     log_level: str = Field(default="info")
     log_format: str = Field(default="plain", description="plain or json")
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for item in value:
+            ipaddress.ip_network(item, strict=False)  # ValueError: the Console refuses to start
+        return value
 
     @field_validator(
         "sign_in_rate_per_source",

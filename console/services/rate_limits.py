@@ -9,8 +9,20 @@ UPDATE … RETURNING``, a row a counter, the same SQL on SQLite and PostgreSQL);
 taken back in the same transaction, so refusals do not extend a refusal. The limits are there
 to blunt floods and guessing, not to meter exactly.
 
-The source address is the one uvicorn reports: behind a proxy or ingress, run uvicorn with
-``--forwarded-allow-ips`` set to the proxy so it is the client's.
+Who is counted, so that nobody can lock out a credential they do not hold:
+
+1. A token's counter is keyed by the SHA-256 of the whole token, never by its public display
+   prefix (token lists, the web UI and the audit log show that prefix): made-up tokens sharing
+   a real token's prefix count against counters of their own.
+2. A source's counter counts only attempts with a credential that is not valid (unknown,
+   revoked, expired), and refuses only those: a request presenting a valid token is never
+   throttled because others failed from its address (a NAT, a proxy). Its own rate is its
+   token's counter.
+3. The signed agent calls are counted per agent id (their credential is a signature the
+   Console checks afterwards).
+
+The source address is the connection's peer, or what ``X-Forwarded-For`` says when the peer is
+one of ``PROXIMA_TRUSTED_PROXIES`` (``console.core.audit_log.client_address``).
 """
 
 from __future__ import annotations
@@ -80,12 +92,14 @@ class RateLimits:
             "agent_credentials", [], parse_many(settings.agent_credentials_rate)
         )
 
-    async def check(self, rule: Rule, *, source: str | None, token_prefix: str | None) -> None:
+    async def check(
+        self, rule: Rule, *, source: str | None, token: str | None, valid: bool = False
+    ) -> None:
         """Count one attempt in a unit of its own; raise ``TooManyRequestsError`` (429) when a
         rate is exceeded."""
         now = self._clock()
         await self._units.run(
-            lambda uow: self.count(uow, rule, source=source, token_prefix=token_prefix, now=now),
+            lambda uow: self.count(uow, rule, source=source, token=token, valid=valid, now=now),
             write=True,
             commit_on=(TooManyRequestsError,),
         )
@@ -96,20 +110,23 @@ class RateLimits:
         rule: Rule,
         *,
         source: str | None,
-        token_prefix: str | None,
+        token: str | None,
+        valid: bool = False,
         now: float | None = None,
     ) -> None:
         """Count one attempt in ``uow`` (a caller's write unit: enrollment counts in its own
         transaction, saving a commit); raise ``TooManyRequestsError`` when a rate is exceeded,
         the refused hit already taken back.
 
-        The source is counted first: past its limit, the token's counter is left alone, so an
-        address spraying made-up prefixes cannot exhaust a real token's allowance."""
+        ``token`` is the credential presented (the whole token, or the agent id of a signed
+        call) and ``valid`` whether the Console knows it as usable. The source is counted only
+        for an attempt that is not valid, and first: past its limit, the token's counter is
+        left alone."""
         hits: list[tuple[str, str, list[RateLimitItem]]] = []
-        if source and rule.per_source:
+        if source and rule.per_source and not valid:
             hits.append(("source", source, rule.per_source))
-        if token_prefix and rule.per_token:
-            hits.append((_kind(rule), token_prefix, rule.per_token))
+        if token and rule.per_token:
+            hits.append((_kind(rule), _who(rule, token), rule.per_token))
         refusal = _count(uow, rule.door, hits, self._clock() if now is None else now)
         if refusal is not None:
             raise TooManyRequestsError(
@@ -134,6 +151,14 @@ def delete_spent(uow: UnitOfWork, now: float) -> int:
 
 def _kind(rule: Rule) -> str:
     return "agent" if rule.door == "agent_credentials" else "token"
+
+
+def _who(rule: Rule, token: str) -> str:
+    """A token's counter is keyed by a digest of the whole token (its public prefix is shared
+    by every guess an attacker makes); an agent id is public and keys its calls as it is."""
+    if _kind(rule) == "agent":
+        return token
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
 
 
 def _count(

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from sqlmodel import col, select
 
 from console.auth import Principal
-from console.core.audit_log import audit
+from console.core.audit_log import audit, audit_refusal
 from console.core.clock import utcnow
 from console.core.secrets import (
     API_TOKEN_PREFIX,
@@ -155,6 +155,7 @@ async def create_api_token(
     principal.require(Scope.TOKENS_WRITE)
     wanted = {s.value for s in body.scopes}
     if not wanted <= principal.scopes:
+        _refused_escalation(principal, "mint", sorted(wanted - principal.scopes))
         raise ForbiddenError(
             ErrorReason.SCOPE_ESCALATION,
             "cannot grant scopes this token does not hold: "
@@ -237,6 +238,7 @@ async def revoke_api_token(
         )
         beyond = set(token.scopes) - principal.scopes
         if beyond:
+            _refused_escalation(principal, "revoke", sorted(beyond), target_token_id=token.id)
             raise ForbiddenError(
                 ErrorReason.SCOPE_ESCALATION,
                 "cannot revoke a token holding scopes this token does not hold: "
@@ -283,3 +285,18 @@ def _revoke_descendants(
                 (revoked if isinstance(child, ApiToken) else installs).append(child.id)
         parents = [c.id for c in children]  # ids are minted after their parent's: no cycles
     return revoked, installs
+
+
+def _refused_escalation(
+    principal: Principal, action: str, beyond: list[str], target_token_id: str | None = None
+) -> None:
+    """A refused scope escalation is an audit record: who tried, what, beyond which scopes."""
+    audit_refusal(
+        "scope_escalation_refused",
+        reason=ErrorReason.SCOPE_ESCALATION,
+        action=action,
+        token_id=principal.token_id,
+        token_name=principal.name,
+        scopes=beyond,
+        target_token_id=target_token_id,
+    )

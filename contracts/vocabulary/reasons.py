@@ -95,6 +95,9 @@ class ErrorReason(StrEnum):
     """The rollout's flow run is gone (crashed, failed, cancelled, vanished): restart the driver."""
     DRIVER_RUNNING = "driver_running"
     """restart-driver refused: the rollout's flow run is still alive in Prefect."""
+    FOREIGN_FLOW_RUN = "foreign_flow_run"
+    """A start named a flow run that is not a run of the rollout flow started for this rollout
+    (unknown to Prefect, another flow's, another rollout's)."""
     RESUME_REFUSED = "resume_refused"
     """Prefect refused to resume the rollout's paused flow run."""
     PREFECT_NOT_CONFIGURED = "prefect_not_configured"

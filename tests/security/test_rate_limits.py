@@ -1,5 +1,5 @@
 """Rate limits on sign-in, enrollment and the agents' signed credential calls, on real
-Consoles: per source address, per token prefix and per agent id, answered 429
+Consoles: per source address (failed attempts), per token and per agent id, answered 429
 ``{reason: rate_limited, message}`` with Retry-After, logged without secrets, counted in the
 database (two replicas give one rate; a restart keeps it); the defaults let a fleet's
 enrollment burst (1,000 agents behind one NAT with one install token in well under a minute)
@@ -35,7 +35,9 @@ def test_sign_in_attempts_from_one_address_are_limited(console_factory: ConsoleF
         for guess in guesses:
             r = sign_in(attacker, guess)
             assert r.status_code == 200 and "not valid" in r.text
-        assert_rate_limited(sign_in(attacker, console.token))  # even a good token, from here
+        assert_rate_limited(sign_in(attacker, "pxa_guess99" + "x" * 34))
+        # A valid token is never refused for others' failures from its address.
+        assert sign_in(attacker, console.token).status_code == 303
     with browser(console.url, source="127.0.0.2") as someone_else:
         assert sign_in(someone_else, console.token).status_code == 303
     log = "\n".join(audit_lines(console))
@@ -84,11 +86,15 @@ def test_enrollments_with_one_install_token_are_limited_and_logged(
 
 
 def test_enrollment_from_one_address_is_limited(console_factory: ConsoleFactory):
+    """Attempts with install tokens that are not valid, per address; a valid token enrolls
+    (its own rate is its token's)."""
     console = console_factory(env={"PROXIMA_ENROLL_RATE_PER_SOURCE": "2/minute"})
     token = console.install_token()
     for i in range(2):
-        assert Identity(name=f"n-{i}").enroll(console, token).status_code == 201
-    assert_rate_limited(Identity(name="n-2").enroll(console, token))
+        bad = Identity(name=f"n-{i}").enroll(console, f"pxi_made_up_{i}" + "x" * 30)
+        assert bad.status_code == 401
+    assert_rate_limited(Identity(name="n-2").enroll(console, "pxi_made_up_2" + "x" * 30))
+    assert Identity(name="n-3").enroll(console, token).status_code == 201
 
 
 def test_the_defaults_let_a_thousand_agents_behind_one_nat_enroll_in_a_minute(

@@ -40,7 +40,7 @@ def replica(units: UnitsOfWork, clock: Clock, **rates: str) -> RateLimits:
 
 
 async def enroll(limits: RateLimits, token: str = "pxi_abc", source: str = "10.0.0.1") -> None:
-    await limits.check(limits.enroll, source=source, token_prefix=token)
+    await limits.check(limits.enroll, source=source, token=token)
 
 
 async def test_replicas_share_one_rate_and_a_restart_keeps_it(units: UnitsOfWork):
@@ -97,14 +97,40 @@ async def test_agent_calls_are_limited_per_agent_id_and_spent_counters_swept(
     limits = replica(units, clock, agent_credentials_rate="2/minute")
     rule = limits.agent_credentials
     for _ in range(2):
-        await limits.check(rule, source=None, token_prefix="agent-1")
+        await limits.check(rule, source=None, token="agent-1")
     with pytest.raises(TooManyRequestsError) as refused:
-        await limits.check(rule, source=None, token_prefix="agent-1")
+        await limits.check(rule, source=None, token="agent-1")
     assert "agent" in refused.value.message
-    await limits.check(rule, source=None, token_prefix="agent-2")
-    await limits.check(rule, source=None, token_prefix="x" * 5000)  # a digest keys it
+    await limits.check(rule, source=None, token="agent-2")
+    await limits.check(rule, source=None, token="x" * 5000)  # a digest keys it
     rows = await units.run(lambda uow: uow.session.exec(select(RateCounter)).all())
     assert len(rows) == 3 and all(len(r.key) <= 128 for r in rows)
     assert await limits.sweep() == 0
     clock.now += 2 * 60 + 1
     assert await limits.sweep() == 3
+
+
+async def test_guesses_sharing_a_tokens_prefix_never_spend_that_tokens_rate(units: UnitsOfWork):
+    """The per-token counter was keyed by the public 10-character prefix: 32 made-up tokens
+    with the admin token's prefix made the real token answer 429."""
+    clock = Clock()
+    limits = replica(units, clock, sign_in_rate_per_token="3/minute")
+    real = "pxa_" + "r" * 40
+    for n in range(10):
+        await limits.check(limits.sign_in, source=f"10.0.0.{n}", token=real[:10] + f"{n:040d}")
+    await limits.check(limits.sign_in, source="10.1.1.1", token=real, valid=True)
+    rows = await units.run(lambda uow: uow.session.exec(select(RateCounter)).all())
+    assert not any(real[:10] in r.key for r in rows), "no counter is keyed by the prefix"
+
+
+async def test_a_valid_token_is_never_refused_for_its_sources_failures(units: UnitsOfWork):
+    """An address past its limit of failed attempts (others' guesses behind one NAT) made the
+    valid token presented from it answer 429."""
+    clock = Clock()
+    limits = replica(units, clock, sign_in_rate_per_source="2/minute")
+    for n in range(2):
+        await limits.check(limits.sign_in, source="10.0.0.1", token=f"pxa_guess{n}")
+    with pytest.raises(TooManyRequestsError):
+        await limits.check(limits.sign_in, source="10.0.0.1", token="pxa_guess9")
+    for _ in range(5):
+        await limits.check(limits.sign_in, source="10.0.0.1", token="pxa_real", valid=True)

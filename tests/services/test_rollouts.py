@@ -1,6 +1,8 @@
 """Rollouts, in-process: planning with the default policy, idempotent dispatch (marked
 dispatched, committed, then published), results crossing the threshold, timeouts."""
 
+from uuid import UUID
+
 import pytest
 from sqlmodel import Session
 
@@ -101,12 +103,12 @@ async def test_the_flow_is_started_only_once_the_rollout_has_committed(
     rollout = await create(services)
     started = services.effects.of(FlowStarted)
     assert started == [
-        FlowStarted(services.settings.rollout_deployment, {"rollout_id": rollout.id}, "flow-run-1")
+        FlowStarted(services.settings.rollout_deployment, {"rollout_id": rollout.id}, UUID(int=1))
     ]
     timeline = services.effects.timeline
     assert "commit" in timeline[: timeline.index(started[0])]
     again = await reads.get_rollout(services.rt, services.principal, rollout.id)
-    assert again.flow_run_id == "flow-run-1"
+    assert again.flow_run_id == str(UUID(int=1))
 
 
 # -- dispatch --------------------------------------------------------------------------------------
@@ -242,9 +244,9 @@ async def test_an_operator_resume_resumes_the_paused_flow_run_after_commit(
     # the reads before it (the driver check) commit too; the resume follows the decision's commit
     assert services.effects.timeline[-2:] == [
         "commit",
-        FlowResumed("flow-run-1", {"decision": "resume"}),
+        FlowResumed(UUID(int=1), {"decision": "resume"}),
     ]
-    assert services.effects.of(FlowResumed) == [FlowResumed("flow-run-1", {"decision": "resume"})]
+    assert services.effects.of(FlowResumed) == [FlowResumed(UUID(int=1), {"decision": "resume"})]
     assert isinstance(canary, CommandSent)
 
 

@@ -116,8 +116,10 @@ def test_revoking_the_api_token_ends_its_web_session(web_console, ui):
     assert "has been revoked" in view.page.content()
 
 
-def test_behind_https_the_session_cookie_is_secure(web_console):
-    """Behind a TLS proxy (X-Forwarded-Proto from a trusted address) the cookie says Secure."""
+def test_behind_https_the_session_cookie_is_secure(console_factory):
+    """Behind a TLS proxy (X-Forwarded-Proto from a PROXIMA_TRUSTED_PROXIES address) the cookie
+    says Secure."""
+    web_console = console_factory(env={"PROXIMA_TRUSTED_PROXIES": "127.0.0.1"})
     https = {"X-Forwarded-Proto": "https"}
     form = httpx.get(f"{web_console.url}/sign-in", headers=https)
     nonce = re.search(r'name="csrf_token" value="([^"]+)"', form.text).group(1)

@@ -8,6 +8,7 @@ from console.api.deps import PrincipalDep, RuntimeDep
 from console.api.responses import errors
 from console.schemas import ClusterCreate, OnboardingChecklist
 from console.services import clusters, onboarding
+from contracts.bounds import MAX_SQL_INT
 from contracts.views import ClusterView
 
 router = APIRouter(prefix="/api/v1/clusters", tags=["clusters"])
@@ -51,7 +52,7 @@ async def inventory(
     kind: Annotated[str | None, Query(description="one kind, e.g. pods")] = None,
     namespace: str | None = None,
     limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_SQL_INT)] = 0,
 ) -> dict[str, Any]:
     """The latest snapshot: counts per kind, and objects (one kind at a time, paginated)."""
     return await clusters.inventory(

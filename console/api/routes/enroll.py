@@ -7,6 +7,7 @@ from console.core.audit_log import Field, audit_refusal, client_address
 from console.core.secrets import loggable_prefix
 from console.errors import ConsoleError
 from console.services import identities
+from console.services.identities.enrollment_facts import token_usable
 from console.services.unit_of_work import UnitOfWork
 from contracts.enrollment import (
     EnrollmentPreview,
@@ -64,7 +65,8 @@ async def enroll_agent(
     limits = runtime.rate_limits
 
     def guard(uow: UnitOfWork) -> None:
-        limits.count(uow, limits.enroll, source=source, token_prefix=prefix)
+        valid = token_usable(uow.session, req.install_token)
+        limits.count(uow, limits.enroll, source=source, token=req.install_token, valid=valid)
 
     try:
         if dry_run:
@@ -91,7 +93,7 @@ async def _limit_agent(runtime: RuntimeDep, agent_id: str, request: Request) -> 
     dependency, so it counts before the body is even read: malformed calls count too."""
     try:
         rules = runtime.rate_limits
-        await rules.check(rules.agent_credentials, source=None, token_prefix=agent_id)
+        await rules.check(rules.agent_credentials, source=None, token=agent_id)
     except ConsoleError as exc:
         audit_refusal(
             "agent_call_refused",

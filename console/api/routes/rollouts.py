@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, status
+from fastapi import APIRouter, Path, Query, Request, status
 
 from console.api.deps import PrincipalDep, RuntimeDep
 from console.api.responses import errors
 from console.schemas import RolloutReason, RolloutStart
 from console.services.rollouts import dispatch as dispatching
 from console.services.rollouts import drivers, lifecycle, planning, reads
+from contracts.bounds import MAX_SQL_INT
 from contracts.rollouts import DispatchResult, RolloutCreate, RolloutPublic
 from rollout_policy import EventKind
 
@@ -46,7 +47,7 @@ async def get_rollout(
     principal: PrincipalDep,
     runtime: RuntimeDep,
     targets: bool = True,
-    wave: Annotated[int | None, Query(ge=0)] = None,
+    wave: Annotated[int | None, Query(ge=0, le=MAX_SQL_INT)] = None,
 ) -> RolloutPublic:
     """Waves, counts, per-agent results (``targets=false`` leaves the per-agent list out;
     ``wave=N`` keeps only wave N's)."""
@@ -113,7 +114,10 @@ async def complete(rollout_id: str, principal: PrincipalDep, runtime: RuntimeDep
     "/{rollout_id}/waves/{wave}/dispatch", response_model=DispatchResult, responses=_ERRORS
 )
 async def dispatch(
-    rollout_id: str, wave: int, principal: PrincipalDep, runtime: RuntimeDep
+    rollout_id: str,
+    wave: Annotated[int, Path(ge=0, le=MAX_SQL_INT)],
+    principal: PrincipalDep,
+    runtime: RuntimeDep,
 ) -> DispatchResult:
     """Send self_update to the wave's agents not yet sent to. Safe to call again: a target is
     dispatched at most once, and nothing is sent unless the rollout is running."""

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from sqlmodel import Session
 
+from console.core.clock import utcnow
 from console.core.db import DriverStatement, bind_value
 from console.core.secrets import token_hash
 from console.errors import UnauthorizedError
@@ -21,7 +22,7 @@ from console.models import Agent, InstallToken, table_of
 from contracts.enrollment import EnrollRequest
 from contracts.vocabulary import ErrorReason
 
-__all__ = ["Facts", "TokenView", "count_use", "lock_holder", "read_facts"]
+__all__ = ["Facts", "TokenView", "count_use", "lock_holder", "read_facts", "token_usable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +81,27 @@ _COUNT_USE = DriverStatement(
 )
 
 
+_USABLE = DriverStatement(
+    "SELECT t.revoked_at, t.expires_at FROM install_token t WHERE t.token_hash = ?",
+    (_TOKENS.c.revoked_at, _TOKENS.c.expires_at),
+)
+
+
+def token_usable(session: Session, raw: str, now: datetime | None = None) -> bool:
+    """Whether ``raw`` is an install token enrollment takes (known, not revoked, not expired:
+    ``read_facts``'s checks; its uses are enrollment's). The rate limits ask it before they
+    count: a usable token is never refused for what others sent from its address."""
+    row = _USABLE.first(session, (token_hash(raw),))
+    if row is None:
+        return False
+    revoked_at, expires_at = row
+    return revoked_at is None and _unexpired(expires_at, now or utcnow())
+
+
+def _unexpired(expires_at: datetime | None, now: datetime) -> bool:
+    return expires_at is None or expires_at > now
+
+
 def read_facts(session: Session, req: EnrollRequest, now: datetime) -> Facts:
     """The facts, once the install token is known, not revoked and not expired (its uses are
     checked once we know whether this is a re-delivery)."""
@@ -92,7 +114,7 @@ def read_facts(session: Session, req: EnrollRequest, now: datetime) -> Facts:
     token = TokenView(*row[:9])
     if token.revoked_at is not None:
         raise UnauthorizedError(ErrorReason.INSTALL_TOKEN_REVOKED, "install token has been revoked")
-    if token.expires_at is not None and token.expires_at <= now:
+    if token.expires_at is not None and not _unexpired(token.expires_at, now):
         raise UnauthorizedError(
             ErrorReason.INSTALL_TOKEN_EXPIRED,
             f"install token expired at {token.expires_at.isoformat()}",

@@ -9,20 +9,28 @@ a conditional update, so two replicas checking at once mark and log it once. The
 (dispatch sends nothing twice, see ``dispatch``).
 
 The same check resumes a run that waits for a decision already taken (``rollout_policy.drivers.
-resume_owed``: paused while its rollout runs, after a resume that raced the run's pause)."""
+resume_owed``: paused while its rollout runs, after a resume that raced the run's pause).
+
+A rollout's run is the Console's own (``claim_run``): a run id is recorded only when the
+Console started that run, or once Prefect says the run is of the rollout flow and was started
+with this rollout's id. Otherwise a ``rollouts:write`` token could point its rollout at another
+tenant's paused run, and the resume and abort decisions (and this check's owed resume) would go
+to that run. A stored id that is not a UUID is never sent to Prefect: its driver is lost."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from uuid import UUID
 
 import httpx
 from sqlalchemy import update
 from sqlmodel import Session, col, select
 
 from console.auth import Principal
-from console.core.audit_log import audit
+from console.core.audit_log import audit, audit_refusal
 from console.core.clock import utcnow
+from console.core.settings import ConsoleSettings
 from console.errors import ConflictError, GatewayTimeoutError
 from console.models import Rollout
 from console.prefect_api import PrefectApi, PrefectApiError, RunState
@@ -36,9 +44,11 @@ from rollout_policy import Decision, EventKind, driver_lost, resume_owed
 __all__ = [
     "DriverCheck",
     "check_drivers",
+    "claim_run",
     "mark_lost",
     "restart_driver",
     "resume_run",
+    "run_id",
     "run_state",
 ]
 
@@ -57,11 +67,24 @@ class DriverCheck:
     lost: DriverLostReason | None
 
 
-async def run_state(api_url: str, flow_run_id: str) -> RunState | None:
-    """The run's state; ``GatewayTimeoutError`` when Prefect does not answer (a Prefect outage
-    is not a lost driver: nothing is marked)."""
+def run_id(stored: str | None) -> UUID | None:
+    """A recorded run id as the UUID Prefect's paths are built from; None when it is not one
+    (a row written before ids were checked): such a run is never asked about."""
     try:
-        return await PrefectApi(api_url).flow_run_state(flow_run_id)
+        return UUID(stored) if stored else None
+    except ValueError:
+        return None
+
+
+async def run_state(api_url: str, flow_run_id: str) -> RunState | None:
+    """The run's state (None: unknown to Prefect, or a recorded id that is no UUID);
+    ``GatewayTimeoutError`` when Prefect does not answer (a Prefect outage is not a lost
+    driver: nothing is marked)."""
+    run = run_id(flow_run_id)
+    if run is None:
+        return None
+    try:
+        return await PrefectApi(api_url).flow_run_state(run)
     except (PrefectApiError, httpx.HTTPError) as exc:
         raise GatewayTimeoutError(
             ErrorReason.PREFECT_UNAVAILABLE, f"Prefect's API did not answer: {exc}"
@@ -71,8 +94,8 @@ async def run_state(api_url: str, flow_run_id: str) -> RunState | None:
 def _detail(check: DriverCheck) -> str:
     if check.run is None:
         return f"flow run {check.flow_run_id} is unknown to Prefect"
-    said = f": {check.run.message}" if check.run.message else ""
-    return f"flow run {check.flow_run_id} is {check.run.name or check.run.type}{said}"[:512]
+    # Prefect's state message stays in the log: the record shows only the state it names.
+    return f"flow run {check.flow_run_id} is {check.run.name or check.run.type}"[:512]
 
 
 def mark_lost(session: Session, check: DriverCheck) -> bool:
@@ -105,7 +128,8 @@ async def _check_one(rt: ServiceRuntime, rollout_id: str, state: str, run: str) 
     if check.lost is not None and await rt.units.run(
         lambda uow: mark_lost(uow.session, check), write=True
     ):
-        log.warning("rollout %s lost its driver: %s", rollout_id, _detail(check))
+        said = found.message if found else ""
+        log.warning("rollout %s lost its driver: %s (%s)", rollout_id, _detail(check), said)
         audit(
             "rollout_driver_lost",
             rollout_id=rollout_id,
@@ -132,8 +156,11 @@ async def resume_run(api_url: str | None, rollout_id: str, run: str, decision: D
     accepted. Best effort: a refusal or a Prefect that does not answer is logged, and the
     driver check (and the paused flow's own polling) comes again."""
     assert api_url
+    flow_run = run_id(run)
+    if flow_run is None:
+        return False
     try:
-        answer = await PrefectApi(api_url).resume(run, {"decision": decision.value})
+        answer = await PrefectApi(api_url).resume(flow_run, {"decision": decision.value})
     except Exception:
         log.info("could not resume flow run %s of rollout %s", run, rollout_id, exc_info=True)
         return False
@@ -210,17 +237,76 @@ async def restart_driver(
     def record(uow: UnitOfWork) -> RolloutPublic:
         r = load(uow.session, rollout_id)
         previous = r.flow_run_id
-        r.flow_run_id = new_run
+        r.flow_run_id = str(new_run)
         r.driver_lost_at = r.driver_lost_reason = r.driver_lost_detail = None
         uow.session.add(r)
         uow.session.flush()
         audit(
             "rollout_driver_restarted",
             rollout_id=rollout_id,
-            flow_run_id=new_run,
+            flow_run_id=str(new_run),
             previous_flow_run_id=previous,
             token_id=principal.token_id,
         )
         return present(uow.session, r, with_targets=False)
 
     return await rt.units.run(record, write=True)
+
+
+def rollout_flow(settings: ConsoleSettings) -> str:
+    """The flow whose runs drive rollouts: the flow part of ``PROXIMA_ROLLOUT_DEPLOYMENT``."""
+    return settings.rollout_deployment.partition("/")[0]
+
+
+async def claim_run(
+    rt: ServiceRuntime, principal: Principal, rollout_id: str, flow_run_id: UUID
+) -> UUID | None:
+    """The run id a start may record on the rollout: the one recorded already (the Console
+    started it), or a run Prefect says is of the rollout flow and was started with this
+    rollout's id. Anything else is refused (409 ``foreign_flow_run``) and audited. Without
+    Prefect the Console cannot ask: the start goes on and records no run (None)."""
+    rollout = await rt.units.run(
+        lambda uow: load_for(uow.session, rollout_id, principal, Scope.ROLLOUTS_WRITE)
+    )
+    if rollout.flow_run_id == str(flow_run_id):
+        return flow_run_id
+    api_url = rt.settings.prefect_api_url
+    if not api_url:
+        log.warning(
+            "rollout %s: flow run %s not recorded: without PROXIMA_PREFECT_API_URL the Console "
+            "cannot check that it is this rollout's",
+            rollout_id,
+            flow_run_id,
+        )
+        return None
+    try:
+        origin = await PrefectApi(api_url).flow_run_origin(flow_run_id)
+    except (PrefectApiError, httpx.HTTPError) as exc:
+        raise GatewayTimeoutError(
+            ErrorReason.PREFECT_UNAVAILABLE, f"Prefect's API did not answer: {exc}"
+        ) from None
+    flow = rollout_flow(rt.settings)
+    if origin is not None and origin.flow_name == flow and origin.rollout_id == rollout_id:
+        return flow_run_id
+    why = (
+        "unknown to Prefect"
+        if origin is None
+        else f"not a {flow} run"
+        if origin.flow_name != flow
+        else "started for another rollout"
+        if origin.rollout_id
+        else "started without a rollout_id"
+    )
+    audit_refusal(
+        "rollout_flow_run_refused",
+        rollout_id=rollout_id,
+        flow_run_id=str(flow_run_id),
+        why=why,
+        token_id=principal.token_id,
+        token_name=principal.name,
+    )
+    raise ConflictError(
+        ErrorReason.FOREIGN_FLOW_RUN,
+        f"flow run {flow_run_id} is {why}: a rollout records only a {flow} run started with "
+        f"its rollout_id={rollout_id}",
+    )

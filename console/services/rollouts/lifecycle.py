@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from uuid import UUID
 
 from sqlmodel import Session
 
@@ -13,7 +14,13 @@ from console.core.clock import utcnow
 from console.errors import ConflictError
 from console.models import Rollout
 from console.prefect_api import PrefectApi, RunState
-from console.services.rollouts.drivers import check_drivers, resume_run, run_state
+from console.services.rollouts.drivers import (
+    check_drivers,
+    claim_run,
+    resume_run,
+    run_id,
+    run_state,
+)
 from console.services.rollouts.reads import present
 from console.services.rollouts.records import (
     apply_event,
@@ -57,7 +64,7 @@ async def transition(
     action: EventKind,
     *,
     reason: str | None = None,
-    flow_run_id: str | None = None,
+    flow_run_id: UUID | None = None,
 ) -> RolloutPublic:
     """One move of the state machine (an illegal one is a 409).
 
@@ -65,10 +72,15 @@ async def transition(
     rollout whose flow run is paused in Prefect resumes that run and answers only once Prefect
     accepted (409 ``resume_refused`` otherwise); with the run gone it is refused (409
     ``driver_lost``: restart the driver first). An abort resumes the paused run with ``abort``,
-    after commit; the flow polls the state as well."""
+    after commit; the flow polls the state as well. A start records ``flow_run_id`` only as
+    ``drivers.claim_run`` allows (409 ``foreign_flow_run`` otherwise)."""
     settings = rt.settings
+    recorded: str | None = None
+    if action == EventKind.START and flow_run_id is not None:
+        claimed = await claim_run(rt, principal, rollout_id, flow_run_id)
+        recorded = str(claimed) if claimed else None
     run_state: RunState | None = None
-    watched = bool(settings.prefect_api_url) and not flow_run_id and action != EventKind.START
+    watched = bool(settings.prefect_api_url) and action != EventKind.START
     if watched:
         await check_drivers(rt, [rollout_id])
         run_state = await _paused_run(rt, principal, rollout_id, action)
@@ -82,7 +94,7 @@ async def transition(
     def work(uow: UnitOfWork) -> RolloutPublic:
         rollout = load_for(uow.session, rollout_id, principal, Scope.ROLLOUTS_WRITE)
         before = rollout.state
-        _apply(uow.session, rollout, action, reason, flow_run_id)
+        _apply(uow.session, rollout, action, reason, recorded)
         if rollout.state != before:
             audit(
                 "rollout_state_changed",
@@ -103,10 +115,11 @@ async def transition(
         return present(uow.session, rollout, with_targets=False)
 
     public = await rt.units.run(work, write=True)
-    if action == EventKind.RESUME and run_state is not None and public.flow_run_id:
+    paused_run = run_id(public.flow_run_id)
+    if action == EventKind.RESUME and run_state is not None and paused_run is not None:
         assert settings.prefect_api_url
         answer = await PrefectApi(settings.prefect_api_url).resume(
-            public.flow_run_id, {"decision": EventKind.RESUME.value}
+            paused_run, {"decision": EventKind.RESUME.value}
         )
         if not answer.accepted:
             await check_drivers(rt, [rollout_id])

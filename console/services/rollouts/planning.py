@@ -233,9 +233,9 @@ async def _start_flow(rt: ServiceRuntime, rollout_id: str) -> None:
     await rt.units.run(lambda uow: _set_flow_run(uow, rollout_id, flow_run_id), write=True)
 
 
-def _set_flow_run(uow: UnitOfWork, rollout_id: str, flow_run_id: str) -> None:
+def _set_flow_run(uow: UnitOfWork, rollout_id: str, flow_run_id: uuid.UUID) -> None:
     rollout = load(uow.session, rollout_id)
-    rollout.flow_run_id = flow_run_id
+    rollout.flow_run_id = str(flow_run_id)
     uow.session.add(rollout)
 
 

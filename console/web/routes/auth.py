@@ -134,29 +134,40 @@ async def sign_in(request: Request, runtime: RuntimeDep) -> Response:
     token = form.get("token").strip()
     next_path = _safe_next(form.get("next")) or ""
     source = client_address(request)
+    # The token is looked up before it is counted: a valid one is counted against its own rate
+    # only, never refused because others failed from this address (services.rate_limits).
+    failed: UnauthorizedError | None = None
+    try:
+        principal = (await access.identity_for_token(runtime, token)).principal
+    except UnauthorizedError as exc:
+        failed = exc
     try:
         await runtime.rate_limits.check(
-            runtime.rate_limits.sign_in, source=source, token_prefix=loggable_prefix(token)
+            runtime.rate_limits.sign_in, source=source, token=token or None, valid=not failed
         )
-        principal = (await access.identity_for_token(runtime, token)).principal
     except TooManyRequestsError as exc:
-        audit_refusal("sign_in_refused", reason=exc.reason, source=source)
+        audit_refusal(
+            "sign_in_refused",
+            reason=exc.reason,
+            source=source,
+            token_prefix=loggable_prefix(token),
+        )
         page = _sign_in_page(request, next_path=next_path, error=exc.message, notice=None)
         page.status_code = exc.status
         page.headers["Retry-After"] = str(exc.retry_after)
         return page
-    except UnauthorizedError as exc:
+    if failed is not None:
         audit_refusal(
             "auth_failed",
             surface="web",
-            reason=exc.reason,
+            reason=failed.reason,
             source=source,
             token_prefix=loggable_prefix(token),
         )
         message = (
             "Paste an API token (pxa_…)."
-            if exc.reason is ErrorReason.MISSING_TOKEN
-            else exc.message
+            if failed.reason is ErrorReason.MISSING_TOKEN
+            else failed.message
         )
         return _sign_in_page(request, next_path=next_path, error=message, notice=None)
     cookie = await web.store.create(principal.token_id)
