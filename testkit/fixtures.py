@@ -21,6 +21,7 @@ import pytest
 from testkit.agents import AgentProcess
 from testkit.builds import ArtifactServer, Builds, make_builds
 from testkit.chart import CI_VALUES, Helm, load_tools
+from testkit.chart_repos import RepoUsers
 from testkit.cluster import ClusterStartError, KubeCluster
 from testkit.cluster_cli import ClusterCli
 from testkit.console import QUIET_ENV, ConsoleFactory, ConsoleProcess
@@ -359,17 +360,27 @@ def cluster_cli(
 
 
 @pytest.fixture(scope="session")
-def oci_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OciRegistry]:
-    """Debian's ``docker-registry`` (the CNCF distribution server) on 127.0.0.1, plain HTTP,
-    stopped after the run. Skips where the release tools are missing; under ``CI=true`` fails
-    instead (scripts/dev.py installs them)."""
+def repo_users(tmp_path_factory: pytest.TempPathFactory) -> RepoUsers:
+    """The release's publisher and a read-only deploy token, passwords made now, in bcrypt
+    htpasswd files. Skips where the release tools are missing; under ``CI=true`` fails instead
+    (scripts/dev.py installs them)."""
     missing = missing_tools()
     if missing:
         reason = f"the release lane needs {', '.join(missing)} (scripts/dev.py installs them)"
         if os.environ.get("CI") == "true":
             pytest.fail(reason)
         pytest.skip(reason)
-    registry = OciRegistry(tmp_path_factory.mktemp("oci-registry")).start()
+    return RepoUsers.make(tmp_path_factory.mktemp("repo-users"))
+
+
+@pytest.fixture(scope="session")
+def oci_registry(
+    repo_users: RepoUsers, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OciRegistry]:
+    """Debian's ``docker-registry`` (the CNCF distribution server) on 127.0.0.1, plain HTTP,
+    every request wanting ``repo_users``' credentials (htpasswd, bcrypt), stopped after the
+    run."""
+    registry = OciRegistry(tmp_path_factory.mktemp("oci-registry"), repo_users.readers).start()
     try:
         yield registry
     finally:
