@@ -330,19 +330,24 @@ def kube_cluster(tools: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """etcd, kube-apiserver, controller-manager, scheduler and kwok with three simulated nodes,
     on 127.0.0.1; built by ``scripts/tools.py control-plane`` (cached). Skips with the reason
     where it cannot start; under ``CI=true`` fails instead."""
-    workdir = tmp_path_factory.mktemp("kube-cluster")
+    cluster = start_kube_cluster(tools, tmp_path_factory.mktemp("kube-cluster"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def start_kube_cluster(tools: Any, workdir: Path, **options: Any) -> KubeCluster:
+    """A started ``KubeCluster`` (``options``: its fields, e.g. ``pod_security``); skips with
+    the reason where it cannot start, under ``CI=true`` fails instead. The caller stops it."""
     try:
         binaries = {name: tool.path for name, tool in tools.ensure_control_plane().items()}
-        cluster = KubeCluster(workdir, binaries, nodes=CLUSTER_NODES).start()
+        return KubeCluster(workdir, binaries, nodes=CLUSTER_NODES, **options).start()
     except (tools.ToolError, ClusterStartError, OSError) as exc:
         reason = f"the Kubernetes control plane could not start: {exc}"
         if os.environ.get("CI") == "true":
             pytest.fail(reason)
         pytest.skip(reason)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="session")

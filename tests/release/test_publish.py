@@ -266,20 +266,38 @@ def test_the_image_signature_verifies_with_the_release_key_and_not_another(
     assert "signature" in bad.stderr.lower()
 
 
+def run_login(helm: Helm, script: str, user: Credentials) -> subprocess.CompletedProcess[str]:
+    """The wizard's login block as written, in bash, the deploy token's name and password
+    typed on its stdin (as ``read`` takes them from a terminal)."""
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        input=f"{user.username}\n{user.password}\n",
+        env={**helm._env(), "PATH": f"{helm.binary.parent}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def test_the_wizards_commands_install_the_published_chart(
     published: dict[str, Any],
     oci_registry: OciRegistry,
     helm_repo: ChartRepository,
-    fresh_helm: Helm,
+    repo_users: RepoUsers,
+    helm_binary: Path,
+    tmp_path: Path,
 ):
     """The onboarding wizard, its settings pointed at what `publish` printed
-    (PROXIMA_CHART_REPO_URL, PROXIMA_CHART_REF), writes commands that install the release."""
+    (PROXIMA_CHART_REPO_URL, PROXIMA_CHART_REF), writes a login (the deploy token read by
+    ``read -rs``, handed to helm on stdin) and commands that install the release."""
     import shlex
 
     from console.web.install_commands import InstallPlan
 
     oci_chart = f"oci://{oci_registry.host}/proxima/charts/proxima-agent"
     for chart, extra in (("proxima/proxima-agent", []), (oci_chart, ["--plain-http"])):
+        helm = Helm(helm_binary, tmp_path / f"home-{len(extra)}")
         plan = InstallPlan(
             backend_url="https://console.example",
             install_token="pxi_example",
@@ -290,14 +308,26 @@ def test_the_wizards_commands_install_the_published_chart(
             chart=chart,
             repo_url=helm_repo.url,
         )
-        assert fresh_helm.run(["repo", "add", "proxima", plan.repo_url]).returncode == 0
+        login = plan.login_commands()
+        assert login is not None and "--password-stdin" in login
+        assert repo_users.deploy.password not in login
+        # The test registry speaks plain HTTP (a real one, TLS: the page's command as is).
+        script = login.replace("--password-stdin", "--password-stdin " + " ".join(extra))
+        refused = run_login(helm, script, repo_users.deploy.wrong())
+        assert refused.returncode != 0
+        assert "401" in refused.stderr, refused.stderr
+        logged_in = run_login(helm, script, repo_users.deploy)
+        assert logged_in.returncode == 0, logged_in.stderr
+        assert repo_users.deploy.password not in logged_in.stdout + logged_in.stderr
         words = shlex.split(plan.helm_command().replace("\\\n", " "))
         assert words[:3] == ["helm", "upgrade", "--install"]
         assert words[words.index("--version") + 1] == contracts.VERSION
-        done = fresh_helm.run(["install", *words[3:], "--dry-run=client", *extra])
+        done = helm.run(["install", *words[3:], "--dry-run=client", *extra])
         assert done.returncode == 0, done.stderr
         assert _images(done.stdout) == {published["image"]}
-        source = yaml.safe_load(plan.argo_application())["spec"]["source"]
+        application = plan.argo_application()
+        assert application is not None
+        source = yaml.safe_load(application)["spec"]["source"]
         assert source["targetRevision"] == contracts.VERSION
         expected = (
             helm_repo.url if chart.startswith("proxima/") else f"{oci_registry.host}/proxima/charts"
