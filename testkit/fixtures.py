@@ -9,7 +9,9 @@ and NATS observer; a real control plane (``tests/cluster``).
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -20,7 +22,7 @@ import pytest
 
 from testkit.agents import AgentProcess
 from testkit.builds import ArtifactServer, Builds, make_builds
-from testkit.chart import CI_VALUES, Helm, load_tools
+from testkit.chart import CI_VALUES, RELEASE, Helm, load_tools
 from testkit.chart_repos import RepoUsers
 from testkit.cluster import ClusterStartError, KubeCluster
 from testkit.cluster_cli import ClusterCli
@@ -359,6 +361,18 @@ def cluster_cli(
 ) -> ClusterCli:
     """helm and kubectl with the cluster's admin kubeconfig and an empty helm home."""
     return ClusterCli(kube_cluster, helm_binary, kubectl_binary, tmp_path_factory.mktemp("cli"))
+
+
+@pytest.fixture
+def namespace(cluster_cli: ClusterCli, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace name unique to the test. Afterwards the release in it is uninstalled (so no
+    cluster-scoped RBAC object of a failed test stays behind) and the namespace is deleted."""
+    words = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower().removeprefix("test_"))
+    digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:8]
+    name = f"{words[:40].strip('-')}-{digest}"
+    yield name
+    cluster_cli.helm("uninstall", RELEASE, "-n", name, "--ignore-not-found", check=False)
+    cluster_cli.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=false")
 
 
 # -- an OCI registry (tests/release) ---------------------------------------------------------------
