@@ -6,6 +6,7 @@ bundle with ``crun`` (root, no network namespace, read-only root, UID 65532)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -23,10 +24,20 @@ from testkit.waiting import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 RELEASE_SCRIPT = REPO / "scripts" / "release.py"
-#: Debian packages the lane needs (scripts/dev.py installs them); gpg signs
-RELEASE_TOOLS = (
-    "docker-registry", "skopeo", "umoci", "mmdebstrap", "crun", "gpg", "nginx", "htpasswd",
-)  # fmt: skip
+
+
+def _dev_release_tools() -> tuple[str, ...]:
+    spec = importlib.util.spec_from_file_location(
+        "proxima_scripts_dev", REPO / "scripts" / "dev.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return tuple(module.RELEASE_TOOLS)
+
+
+#: The binaries the lane needs: scripts/dev.py's list, which it installs from Debian
+RELEASE_TOOLS = _dev_release_tools()
 UID = 65532
 HYBRID_CGROUP2 = "/sys/fs/cgroup/unified"
 
