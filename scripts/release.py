@@ -544,9 +544,21 @@ def publish(args: argparse.Namespace) -> Published:
     out = Path(args.out)
     authfile = out / "auth" / "registry.json"
     say(f"logging in to {args.registry} (helm registry login --password-stdin)")
-    repos.registry_login(
-        helm_binary(), args.registry, registry_creds, authfile, plain_http=args.plain_http
-    )
+    try:
+        repos.registry_login(
+            helm_binary(), args.registry, registry_creds, authfile, plain_http=args.plain_http
+        )
+        say(f"reading {args.repo_url}/index.yaml with the repository's credentials")
+        repos.fetch_index(args.repo_url, repo_creds)  # a refused login stops before the build
+        return _publish(args, version, signing, authfile, repo_creds)
+    finally:
+        authfile.unlink(missing_ok=True)
+
+
+def _publish(
+    args: argparse.Namespace, version: str, signing: Path | None, authfile: Path, repo_creds: Any
+) -> Published:
+    out = Path(args.out)
     image = build_image(out / "oci", refresh_base=args.refresh_base)
     repo_dir = Path(args.repo_dir or out / "repo")
     repo_dir.mkdir(parents=True, exist_ok=True)
@@ -579,7 +591,6 @@ def publish(args: argparse.Namespace) -> Published:
         export_public_key(signing, public_key)
     say(f"uploading to {args.repo_url} (index.yaml merged with the repository's, last)")
     repos.publish_repo(helm_binary(), repo_dir, args.repo_url, version, repo_creds)
-    authfile.unlink(missing_ok=True)
     published_archive = repo_dir / archive.name
     signature = _signature_path(repo_dir, image.digest) if signing is not None else None
     return Published(

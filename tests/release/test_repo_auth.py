@@ -131,3 +131,22 @@ def test_publish_stops_at_a_refused_login_before_building(
     assert "401" in done.stderr
     assert repo_users.publisher.password not in done.stderr
     assert not (tmp_path / "out" / "oci").exists()
+
+
+def test_publish_stops_at_refused_repository_credentials_before_building(
+    oci_registry: OciRegistry, repo: ChartRepository, repo_users: RepoUsers, tmp_path: Path
+):
+    env = {
+        **repo_users.release_env(),
+        "PROXIMA_RELEASE_REPO_PASSWORD": repo_users.publisher.wrong().password,
+    }
+    done = run_release(
+        "publish", "--registry", oci_registry.host, "--plain-http", "--repo-url", repo.url,
+        "--out", str(tmp_path / "out"), "--no-sign", env=env,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"release: error: GET {repo.url}/index.yaml: HTTP 401 Unauthorized"
+    )
+    assert not (tmp_path / "out" / "oci").exists()
+    assert not (tmp_path / "out" / "auth" / "registry.json").exists()  # the login is removed
