@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 __all__ = [
+    "ARGO_REPO_SECRET",
     "CHART",
     "CHART_DIRECTORY",
     "HOST_AGENT_DATA_DIR",

@@ -8,11 +8,15 @@ DaemonSet exists and has 0 pods. The Application the wizard writes (docs/chart.m
 DaemonSet controller's next attempt makes a pod on every node.
 
 The control plane here is a second one of the lane's (``start_kube_cluster``) whose
-kube-apiserver reads an AdmissionConfiguration with PodSecurity defaults ``restricted``.
+kube-apiserver reads an AdmissionConfiguration with PodSecurity defaults ``restricted``. On it
+too: the wizard's Argo CD repository Secret, made by its commands run in bash.
 """
 
 from __future__ import annotations
 
+import base64
+import secrets
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from console.web.install_commands import InstallPlan
+from console.web.install_commands import ARGO_REPO_SECRET, InstallPlan
 from testkit.chart import CHART, RELEASE
 from testkit.cluster import KubeCluster
 from testkit.cluster_cli import ClusterCli
@@ -139,3 +143,48 @@ def test_createnamespace_leaves_the_node_agent_podless_until_the_namespace_is_la
         assert sorted(p["spec"]["nodeName"] for p in pods) == restricted_cluster.node_names
     finally:
         cli.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
+
+
+def test_the_wizards_argo_repository_secret_carries_the_token_it_read(
+    cli: ClusterCli, kubectl_binary: Path
+) -> None:
+    """The Argo CD repository Secret the wizard's commands make, run in bash with the deploy
+    token typed on stdin: the password arrives through kubectl's stdin, never its argv."""
+    plan = InstallPlan(
+        backend_url="https://api-console.prxm.uz",
+        install_token="unused",
+        cluster_name="my-cluster",
+        cluster_slug="my-cluster",
+        host_data_dir=None,
+        chart_version="0.0.0",
+        repo_url="https://charts.example/proxima",
+    )
+    script = plan.argo_repository_commands()
+    assert script is not None
+    token = secrets.token_urlsafe(24)
+    cli.kubectl("create", "namespace", "argocd")
+    try:
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            input=f"deploy-token\n{token}\n",
+            env={**cli.env(), "PATH": f"{kubectl_binary.parent}:/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert token not in done.stdout + done.stderr
+        secret = cli.get("secret", ARGO_REPO_SECRET, "-n", "argocd")
+        data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+        assert data == {
+            "type": "helm",
+            "name": "proxima-agent",
+            "url": "https://charts.example/proxima",
+            "username": "deploy-token",
+            "password": token,
+        }
+        labels = secret["metadata"]["labels"]
+        assert labels["argocd.argoproj.io/secret-type"] == "repository"
+    finally:
+        cli.kubectl("delete", "namespace", "argocd", "--ignore-not-found", "--wait=false")
