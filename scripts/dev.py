@@ -82,7 +82,9 @@ def ensure_chromium() -> None:
 
 
 #: Debian packages of the release lane (tests/release, scripts/release.py): the OCI registry,
-#: image copy/unpack/run, the base image builder and the signer; binary -> package
+#: image copy/unpack/run, the base image builder, the signer, and the authenticated classic
+#: Helm repository (nginx with auth_basic and WebDAV PUT; htpasswd writes bcrypt users for it
+#: and the registry); binary -> package
 RELEASE_TOOLS = {
     "docker-registry": "docker-registry",
     "skopeo": "skopeo",
@@ -90,12 +92,15 @@ RELEASE_TOOLS = {
     "mmdebstrap": "mmdebstrap",
     "crun": "crun",
     "gpg": "gpg",
+    "nginx": "nginx",
+    "htpasswd": "apache2-utils",
 }
 
 
 def ensure_release_tools() -> None:
-    """Debian's registry, skopeo, umoci, mmdebstrap, crun and gpg for the release lane (it
-    fails under CI=true without them)."""
+    """Debian's registry, skopeo, umoci, mmdebstrap, crun, gpg, nginx and htpasswd for the
+    release lane (it fails under CI=true without them). The tests run nginx with a config of
+    their own on 127.0.0.1; the package's default site, where Debian starts it, is not used."""
     missing = [pkg for tool, pkg in RELEASE_TOOLS.items() if not shutil.which(tool)]
     if missing:
         apt_install(*missing)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Cut a release: the agent image and the Helm chart, versioned from one place, published to an
-OCI registry and a classic Helm repository, signed, and listed.
+OCI registry and a classic Helm repository (both wanting credentials), signed, and listed.
 
     python scripts/release.py version                  # the version: contracts.VERSION
     python scripts/release.py set-version 0.9.0        # writes contracts.VERSION and Chart.yaml
@@ -8,13 +8,13 @@ OCI registry and a classic Helm repository, signed, and listed.
     python scripts/release.py keygen --gpg-home DIR    # a GPG release key (no passphrase)
     python scripts/release.py image [--out dist/release] [--json]
     python scripts/release.py publish --registry HOST:PORT [--plain-http]
-        --repo-dir DIR --repo-url URL [--pull-registry HOST] [--gpg-home DIR | --no-sign] [--json]
-    python scripts/release.py serve --dir DIR [--port 8080]   # a static server for the repo
+        --repo-url URL [--repo-dir DIR] [--pull-registry HOST] [--gpg-home DIR | --no-sign] [--json]
 
 The version lives in ``contracts/__init__.py`` (``VERSION``); ``pyproject.toml`` reads it from
 there, the chart is packaged with ``--version``/``--app-version`` set to it (Chart.yaml's copy
 is held equal by a test and rewritten by ``set-version``), and the image is tagged with it. When
-HEAD carries a ``v*`` tag it must name the same version.
+HEAD carries a ``v*`` tag it must name the same version, and Chart.yaml's version/appVersion
+must be it too: ``publish`` refuses otherwise.
 
 ``image`` builds the agent image without a container engine (see scripts/oci_image.py): a
 Debian base made by mmdebstrap from this machine's apt sources (cached under
@@ -22,14 +22,18 @@ Debian base made by mmdebstrap from this machine's apt sources (cached under
 /opt/proxima-agent, UID 65532. Same inputs, same digest: timestamps come from
 ``SOURCE_DATE_EPOCH`` (default: HEAD's commit time).
 
-``publish`` also packages the chart with the image pinned by digest in its values, pushes the
-image (skopeo) and the chart (helm push) to the registry, writes ``<repo-dir>/index.yaml``
-(helm repo index) beside the chart archive, and signs: the chart with a Helm provenance file
+``publish`` also packages the chart with the image pinned by digest in its values, logs in to
+the registry (``helm registry login --password-stdin``) and pushes the image (skopeo) and the
+chart (helm push), uploads the archive and an ``index.yaml`` merged with the repository's to
+the classic repository (HTTP PUT, basic auth; scripts/release_repos.py; ``<repo-dir>`` keeps
+a copy), and signs: the chart with a Helm provenance file
 (``helm package --sign``, GPG) and the image with a containers "simple signing" GPG signature
 (``skopeo copy --sign-by``) stored under ``<repo-dir>/signatures`` (the lookaside served with
 the repository). docs/releasing.md says how to verify both.
 
-Environment: PROXIMA_RELEASE_CACHE (default <repo>/.cache/release), PROXIMA_TOOLS_CACHE (helm).
+Environment: PROXIMA_RELEASE_REGISTRY_USERNAME/_PASSWORD and PROXIMA_RELEASE_REPO_USERNAME/
+_PASSWORD (or _PASSWORD_FILE; credentials are never taken from argv), PROXIMA_RELEASE_CACHE
+(default <repo>/.cache/release), PROXIMA_TOOLS_CACHE (helm).
 Needs root, mmdebstrap, skopeo and gpg (scripts/dev.py installs them). Exit status 0 on
 success; on failure one line ``release: error: …`` on stderr and status 1 (2 for usage).
 """
@@ -37,7 +41,6 @@ success; on failure one line ``release: error: …`` on stderr and status 1 (2 f
 from __future__ import annotations
 
 import argparse
-import http.server
 import importlib.util
 import json
 import os
@@ -48,7 +51,6 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -83,6 +85,7 @@ def _load(name: str) -> ModuleType:
 
 
 oci_image = _load("oci_image")
+repos = _load("release_repos")
 
 
 _STARTED = time.monotonic()
@@ -124,6 +127,14 @@ def release_version() -> str:
     ).stdout.split()
     if tags and f"v{version}" not in tags:
         raise ReleaseError(f"HEAD is tagged {', '.join(tags)} but VERSION is {version}")
+    chart = (CHART / "Chart.yaml").read_text()
+    for key in ("version", "appVersion"):
+        found = re.search(rf"^{key}: \"?([^\"\n]+)\"?$", chart, re.M)
+        if not found or found[1] != version:
+            raise ReleaseError(
+                f"Chart.yaml's {key} is {found[1] if found else 'missing'} but VERSION is "
+                f"{version} (`release.py set-version {version}` writes both)"
+            )
     return version
 
 
@@ -459,6 +470,7 @@ def push_image(
     registry: str,
     repo_dir: Path,
     gpg_home: Path | None,
+    authfile: Path,
 ) -> None:
     cmd = [
         "skopeo",
@@ -468,6 +480,8 @@ def push_image(
         "--retry-times",
         "2",
         f"--dest-tls-verify={'false' if plain_http else 'true'}",
+        "--dest-authfile",
+        str(authfile),
     ]
     env = dict(os.environ)
     if gpg_home is not None:
@@ -485,21 +499,24 @@ def push_image(
             stop_gpg_agent(gpg_home)
 
 
-def pushed_digest(ref: str, plain_http: bool) -> str:
+def pushed_digest(ref: str, plain_http: bool, authfile: Path) -> str:
     raw = run(
         [
             "skopeo",
             "inspect",
             "--raw",
             f"--tls-verify={'false' if plain_http else 'true'}",
+            "--authfile",
+            str(authfile),
             f"docker://{ref}",
         ]
     )
     return "sha256:" + oci_image.hashlib.sha256(raw.encode()).hexdigest()
 
 
-def push_chart(archive: Path, registry: str, plain_http: bool) -> str:
+def push_chart(archive: Path, registry: str, plain_http: bool, authfile: Path) -> str:
     cmd = [helm_binary(), "push", archive, f"oci://{registry}/{CHART_NAMESPACE}"]
+    cmd += ["--registry-config", authfile]
     done = subprocess.run(
         [str(c) for c in cmd + (["--plain-http"] if plain_http else [])],
         capture_output=True,
@@ -522,9 +539,28 @@ def publish(args: argparse.Namespace) -> Published:
             f"no release key in {signing}: run `release.py keygen --gpg-home "
             f"{signing}` (or pass --no-sign)"
         )
+    registry_creds = repos.credentials(repos.REGISTRY_ENV, f"the registry {args.registry}")
+    repo_creds = repos.credentials(repos.REPO_ENV, f"the Helm repository {args.repo_url}")
+    out = Path(args.out)
+    authfile = out / "auth" / "registry.json"
+    say(f"logging in to {args.registry} (helm registry login --password-stdin)")
+    try:
+        repos.registry_login(
+            helm_binary(), args.registry, registry_creds, authfile, plain_http=args.plain_http
+        )
+        say(f"reading {args.repo_url}/index.yaml with the repository's credentials")
+        repos.fetch_index(args.repo_url, repo_creds)  # a refused login stops before the build
+        return _publish(args, version, signing, authfile, repo_creds)
+    finally:
+        authfile.unlink(missing_ok=True)
+
+
+def _publish(
+    args: argparse.Namespace, version: str, signing: Path | None, authfile: Path, repo_creds: Any
+) -> Published:
     out = Path(args.out)
     image = build_image(out / "oci", refresh_base=args.refresh_base)
-    repo_dir = Path(args.repo_dir)
+    repo_dir = Path(args.repo_dir or out / "repo")
     repo_dir.mkdir(parents=True, exist_ok=True)
     target = f"{args.registry}/{IMAGE_NAME}:{version}"
     say(f"pushing the image to {target}")
@@ -537,22 +573,24 @@ def publish(args: argparse.Namespace) -> Published:
         registry=args.registry,
         repo_dir=repo_dir,
         gpg_home=signing,
+        authfile=authfile,
     )
-    if pushed_digest(target, args.plain_http) != image.digest:
+    if pushed_digest(target, args.plain_http, authfile) != image.digest:
         raise ReleaseError(f"the registry holds {target} under another digest than the build's")
     pull_repository = f"{args.pull_registry or args.registry}/{IMAGE_NAME}"
     archive = package_chart(out, version, pull_repository, image.digest, signing)
     say(f"pushing the chart to oci://{args.registry}/{CHART_NAMESPACE}")
-    chart_digest = push_chart(archive, args.registry, args.plain_http)
+    chart_digest = push_chart(archive, args.registry, args.plain_http, authfile)
     for path in [archive, archive.with_name(archive.name + ".prov")]:
         if path.is_file():
             shutil.copy2(path, repo_dir / path.name)
-    run([helm_binary(), "repo", "index", repo_dir, "--url", args.repo_url])
     write_contents(repo_dir / f"proxima-agent-{version}.contents.txt", image)
     public_key = None
     if signing is not None:
         public_key = repo_dir / "proxima-release.gpg"
         export_public_key(signing, public_key)
+    say(f"uploading to {args.repo_url} (index.yaml merged with the repository's, last)")
+    repos.publish_repo(helm_binary(), repo_dir, args.repo_url, version, repo_creds)
     published_archive = repo_dir / archive.name
     signature = _signature_path(repo_dir, image.digest) if signing is not None else None
     return Published(
@@ -586,13 +624,6 @@ def write_contents(target: Path, image: ImageResult) -> None:
 def _signature_path(repo_dir: Path, digest: str) -> Path | None:
     found = sorted((repo_dir / "signatures").glob(f"{IMAGE_NAME}@{digest.replace(':', '=')}/*"))
     return found[-1] if found else None
-
-
-def serve(directory: Path, port: int) -> None:
-    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
-    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
-        say(f"serving {directory} on http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)")
-        server.serve_forever()
 
 
 # -- the command line ------------------------------------------------------------------------------
@@ -635,16 +666,15 @@ def parser() -> argparse.ArgumentParser:
     pub.add_argument("--registry", required=True, help="HOST[:PORT] of the OCI registry")
     pub.add_argument("--plain-http", action="store_true", help="the registry speaks HTTP")
     pub.add_argument("--pull-registry", help="HOST[:PORT] clusters pull from (default: --registry)")
-    pub.add_argument("--repo-dir", required=True, help="directory of the classic Helm repository")
-    pub.add_argument("--repo-url", required=True, help="URL the repository directory is served at")
+    pub.add_argument(
+        "--repo-url", required=True, help="the classic Helm repository (takes HTTP PUT uploads)"
+    )
+    pub.add_argument("--repo-dir", help="local copy of what is uploaded (default: OUT/repo)")
     pub.add_argument("--gpg-home", default=os.environ.get("PROXIMA_RELEASE_GPG_HOME", ""))
     pub.add_argument("--no-sign", action="store_true")
     pub.add_argument("--out", default=str(ROOT / "dist" / "release"))
     pub.add_argument("--refresh-base", action="store_true")
     pub.add_argument("--json", action="store_true")
-    srv = verbs.add_parser("serve", help="serve the repository directory over HTTP")
-    srv.add_argument("--dir", required=True)
-    srv.add_argument("--port", type=int, default=8080)
     return top
 
 
@@ -671,9 +701,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise ReleaseError("pass --gpg-home DIR (a release key) or --no-sign")
             published = publish(args)
             print(json.dumps(asdict(published), indent=2) if args.json else _report(published))
-        elif args.verb == "serve":
-            serve(Path(args.dir), args.port)
-    except (ReleaseError, oci_image.ImageError, OSError) as exc:
+    except (ReleaseError, repos.RepoError, oci_image.ImageError, OSError) as exc:
         print(f"release: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -161,9 +161,10 @@ class Helm:
             "HELM_DATA_HOME": str(self.home / "data"),
         }
 
-    def run(self, args: list[str]) -> subprocess.CompletedProcess[str]:
+    def run(self, args: list[str], stdin: str = "") -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(self.binary), *args],
+            input=stdin,
             capture_output=True,
             text=True,
             env=self._env(),

@@ -108,6 +108,9 @@ class KubeCluster:
     nodes: int = 3
     volumes: int = 40
     keep_workdir: bool = False
+    pod_security: str | None = None
+    """Pod Security admission's cluster-wide default level (enforce, warn, audit), as a
+    hardened cluster sets it; None: Kubernetes' default, privileged."""
     components: list[Component] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     api_port: int = 0
@@ -231,7 +234,32 @@ class KubeCluster:
             "--endpoint-reconciler-type=none",
             "--profiling=false",
             "--v=1",
+            *self._admission_config(),
         ]
+
+    def _admission_config(self) -> list[str]:
+        if self.pod_security is None:
+            return []
+        modes = {m: self.pod_security for m in ("enforce", "warn", "audit")}
+        versions = {f"{m}-version": "latest" for m in modes}
+        config = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "AdmissionConfiguration",
+            "plugins": [
+                {
+                    "name": "PodSecurity",
+                    "configuration": {
+                        "apiVersion": "pod-security.admission.config.k8s.io/v1",
+                        "kind": "PodSecurityConfiguration",
+                        "defaults": {**modes, **versions},
+                        "exemptions": {"namespaces": ["kube-system"]},
+                    },
+                }
+            ],
+        }
+        path = self.workdir / "admission.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return [f"--admission-control-config-file={path}"]
 
     def _controller_manager_args(self) -> list[str]:
         pki = self._pki()

@@ -69,9 +69,9 @@ class ClusterCli:
         return done
 
     def helm(
-        self, *args: str, check: bool = True, timeout: float = 300
+        self, *args: str, check: bool = True, timeout: float = 300, stdin: str = ""
     ) -> subprocess.CompletedProcess[str]:
-        return self._run(self.helm_binary, args, check, timeout)
+        return self._run(self.helm_binary, args, check, timeout, stdin)
 
     def kubectl(
         self, *args: str, check: bool = True, timeout: float = 120, stdin: str = ""

@@ -9,7 +9,9 @@ and NATS observer; a real control plane (``tests/cluster``).
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -20,7 +22,8 @@ import pytest
 
 from testkit.agents import AgentProcess
 from testkit.builds import ArtifactServer, Builds, make_builds
-from testkit.chart import CI_VALUES, Helm, load_tools
+from testkit.chart import CI_VALUES, RELEASE, Helm, load_tools
+from testkit.chart_repos import RepoUsers
 from testkit.cluster import ClusterStartError, KubeCluster
 from testkit.cluster_cli import ClusterCli
 from testkit.console import QUIET_ENV, ConsoleFactory, ConsoleProcess
@@ -346,19 +349,24 @@ def kube_cluster(tools: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """etcd, kube-apiserver, controller-manager, scheduler and kwok with three simulated nodes,
     on 127.0.0.1; built by ``scripts/tools.py control-plane`` (cached). Skips with the reason
     where it cannot start; under ``CI=true`` fails instead."""
-    workdir = tmp_path_factory.mktemp("kube-cluster")
+    cluster = start_kube_cluster(tools, tmp_path_factory.mktemp("kube-cluster"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def start_kube_cluster(tools: Any, workdir: Path, **options: Any) -> KubeCluster:
+    """A started ``KubeCluster`` (``options``: its fields, e.g. ``pod_security``); skips with
+    the reason where it cannot start, under ``CI=true`` fails instead. The caller stops it."""
     try:
         binaries = {name: tool.path for name, tool in tools.ensure_control_plane().items()}
-        cluster = KubeCluster(workdir, binaries, nodes=CLUSTER_NODES).start()
+        return KubeCluster(workdir, binaries, nodes=CLUSTER_NODES, **options).start()
     except (tools.ToolError, ClusterStartError, OSError) as exc:
         reason = f"the Kubernetes control plane could not start: {exc}"
         if os.environ.get("CI") == "true":
             pytest.fail(reason)
         pytest.skip(reason)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="session")
@@ -372,21 +380,43 @@ def cluster_cli(
     return ClusterCli(kube_cluster, helm_binary, kubectl_binary, tmp_path_factory.mktemp("cli"))
 
 
+@pytest.fixture
+def namespace(cluster_cli: ClusterCli, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace name unique to the test. Afterwards the release in it is uninstalled (so no
+    cluster-scoped RBAC object of a failed test stays behind) and the namespace is deleted."""
+    words = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower().removeprefix("test_"))
+    digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:8]
+    name = f"{words[:40].strip('-')}-{digest}"
+    yield name
+    cluster_cli.helm("uninstall", RELEASE, "-n", name, "--ignore-not-found", check=False)
+    cluster_cli.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=false")
+
+
 # -- an OCI registry (tests/release) ---------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
-def oci_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OciRegistry]:
-    """Debian's ``docker-registry`` (the CNCF distribution server) on 127.0.0.1, plain HTTP,
-    stopped after the run. Skips where the release tools are missing; under ``CI=true`` fails
-    instead (scripts/dev.py installs them)."""
+def repo_users(tmp_path_factory: pytest.TempPathFactory) -> RepoUsers:
+    """The release's publisher and a read-only deploy token, passwords made now, in bcrypt
+    htpasswd files. Skips where the release tools are missing; under ``CI=true`` fails instead
+    (scripts/dev.py installs them)."""
     missing = missing_tools()
     if missing:
         reason = f"the release lane needs {', '.join(missing)} (scripts/dev.py installs them)"
         if os.environ.get("CI") == "true":
             pytest.fail(reason)
         pytest.skip(reason)
-    registry = OciRegistry(tmp_path_factory.mktemp("oci-registry")).start()
+    return RepoUsers.make(tmp_path_factory.mktemp("repo-users"))
+
+
+@pytest.fixture(scope="session")
+def oci_registry(
+    repo_users: RepoUsers, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OciRegistry]:
+    """Debian's ``docker-registry`` (the CNCF distribution server) on 127.0.0.1, plain HTTP,
+    every request wanting ``repo_users``' credentials (htpasswd, bcrypt), stopped after the
+    run."""
+    registry = OciRegistry(tmp_path_factory.mktemp("oci-registry"), repo_users.readers).start()
     try:
         yield registry
     finally:

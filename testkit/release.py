@@ -1,30 +1,43 @@
 """The release pipeline's test harness: Debian's OCI registry (``docker-registry``, the CNCF
-distribution server) on 127.0.0.1, a static HTTP server for the classic Helm repository,
+distribution server) on 127.0.0.1 behind htpasswd auth (the classic Helm repository, nginx
+behind basic auth, is in ``testkit/chart_repos.py``),
 ``scripts/release.py`` run as a subprocess, and the published image run from an unpacked
 bundle with ``crun`` (root, no network namespace, read-only root, UID 65532)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-from functools import partial
-from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from testkit.net import LoopbackHTTPServer, free_port
+from testkit.chart_repos import ChartRepository, RepoUsers
+from testkit.net import free_port
 from testkit.waiting import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 RELEASE_SCRIPT = REPO / "scripts" / "release.py"
-#: Debian packages the lane needs (scripts/dev.py installs them); gpg signs
-RELEASE_TOOLS = ("docker-registry", "skopeo", "umoci", "mmdebstrap", "crun", "gpg")
+
+
+def _dev_release_tools() -> tuple[str, ...]:
+    spec = importlib.util.spec_from_file_location(
+        "proxima_scripts_dev", REPO / "scripts" / "dev.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return tuple(module.RELEASE_TOOLS)
+
+
+#: The binaries the lane needs: scripts/dev.py's list, which it installs from Debian
+RELEASE_TOOLS = _dev_release_tools()
 UID = 65532
 HYBRID_CGROUP2 = "/sys/fs/cgroup/unified"
 
@@ -38,10 +51,12 @@ def missing_tools() -> list[str]:
 
 class OciRegistry:
     """``docker-registry serve`` with filesystem storage under ``workdir``, plain HTTP on a free
-    loopback port (skopeo and helm talk to it with --dest-tls-verify=false / --plain-http)."""
+    loopback port (skopeo and helm talk to it with --dest-tls-verify=false / --plain-http);
+    with ``htpasswd`` (bcrypt) it wants basic-auth credentials for every request."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, htpasswd: Path | None = None) -> None:
         self.workdir = workdir
+        self.htpasswd = htpasswd
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -58,6 +73,11 @@ class OciRegistry:
             f"storage:\n  filesystem:\n    rootdirectory: {self.workdir / 'data'}\n"
             "  delete:\n    enabled: true\n"
             f"http:\n  addr: {self.host}\n"
+            + (
+                f"auth:\n  htpasswd:\n    realm: proxima\n    path: {self.htpasswd}\n"
+                if self.htpasswd
+                else ""
+            )
         )
         with open(self.workdir / "registry.log", "ab") as log:
             self.process = subprocess.Popen(
@@ -69,7 +89,8 @@ class OciRegistry:
             if self.process.poll() is not None:
                 raise RuntimeError(f"docker-registry exited: {self.log()[-500:]}")
             try:
-                return httpx.get(f"http://{self.host}/v2/", timeout=2).status_code == 200
+                answer = httpx.get(f"http://{self.host}/v2/", timeout=2).status_code
+                return answer == (401 if self.htpasswd else 200)
             except httpx.HTTPError:
                 return False
 
@@ -90,20 +111,6 @@ class OciRegistry:
                 self.process.wait()
 
 
-class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-class StaticServer(LoopbackHTTPServer):
-    """A directory over HTTP on loopback (the classic Helm repository and its signatures)."""
-
-    def __init__(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        self.directory = directory
-        super().__init__(partial(_QuietHandler, directory=str(directory)))
-
-
 def run_release(
     *args: str, env: dict[str, str] | None = None, timeout: float = 1200
 ) -> subprocess.CompletedProcess[str]:
@@ -120,27 +127,27 @@ def run_release(
 
 def publish(
     registry: OciRegistry,
-    repo: StaticServer,
+    repo: ChartRepository,
+    users: RepoUsers,
     out: Path,
     gpg_home: Path | None,
     env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Run the whole pipeline; its ``--json`` report."""
+    """Run the whole pipeline, the publisher's credentials in its environment; its ``--json``
+    report. It uploads to ``repo`` (its local copy is ``out/repo``)."""
     signing = ["--gpg-home", str(gpg_home)] if gpg_home else ["--no-sign"]
     done = run_release(
         "publish",
         "--registry",
         registry.host,
         "--plain-http",
-        "--repo-dir",
-        str(repo.directory),
         "--repo-url",
         repo.url,
         "--out",
         str(out),
         *signing,
         "--json",
-        env=env,
+        env={**users.release_env(), **(env or {})},
     )
     if done.returncode != 0:
         raise AssertionError(f"release.py publish failed: {done.stderr[-2000:]}")

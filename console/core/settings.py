@@ -213,11 +213,13 @@ class ConsoleSettings(BaseSettings):
         "(./chart/proxima-agent) where no repository is published. A published chart is "
         "pinned with --version to this Console's version.",
     )
-    chart_repo_url: str = Field(
-        default="https://gitlab.prxm.uz/api/v4/projects/271/packages/helm/stable",
-        description="The classic Helm repository the wizard's `helm repo add` and Argo CD "
-        "Application name: the --repo-url `scripts/release.py publish` wrote index.yaml for "
-        "(docs/releasing.md). Default: the chart page's GitLab Package Registry.",
+    chart_repo_url: str | None = Field(
+        default=None,
+        description="The classic Helm repository (it wants credentials) the wizard's "
+        "`helm repo add` and Argo CD Application name: the --repo-url `scripts/release.py "
+        "publish` uploaded to (docs/releasing.md). Unset, with PROXIMA_CHART_REF a "
+        "<repo>/<chart>: the wizard says to set it and its commands install the chart's "
+        "directory of this release (./chart/proxima-agent) instead.",
     )
     prefect_ui_url: str | None = Field(
         default=None,

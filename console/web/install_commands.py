@@ -1,6 +1,14 @@
-"""What the onboarding wizard tells the operator to run: the ``helm upgrade --install`` command,
-the values-file variant and the Argo CD Application (docs/chart.md; the chart page's Quick Start,
-"Using an Existing Secret" and "GitOps (Argo CD)").
+"""What the onboarding wizard tells the operator to run: the chart repository's login, the
+``helm upgrade --install`` command, the values-file variant and the Argo CD Application
+(docs/chart.md; the chart's page's "Add the Helm Repository", Quick Start, "Using an Existing
+Secret" and "GitOps (Argo CD)").
+
+The chart comes from the Console's ``PROXIMA_CHART_REF``: ``<repo>/<chart>`` from the classic
+repository ``PROXIMA_CHART_REPO_URL`` (which has no default: a Console that names none has the
+commands install the chart's directory of this release and says how to name one), an
+``oci://`` reference, or a chart directory. Both repositories want credentials, as the page's
+does; the commands read them with ``read -rs`` into a variable and hand helm the password on
+stdin (``--password-stdin``), so it is in neither the shell's history nor any argv.
 
 Values are escaped for Helm's ``--set`` parser (``\\``, ``,`` and a leading ``{`` are special)
 and then for the shell; a value Helm would type as a number, a boolean or null (a cluster named
@@ -14,10 +22,12 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
+from typing import Literal
 
 __all__ = [
+    "ARGO_REPO_SECRET",
     "CHART",
-    "CHART_REPO_URL",
+    "CHART_DIRECTORY",
     "HOST_AGENT_DATA_DIR",
     "NAMESPACE",
     "RELEASE",
@@ -29,13 +39,22 @@ __all__ = [
 RELEASE = "proxima-agent"
 CHART = "proxima/proxima-agent"
 NAMESPACE = "proxima-system"
-CHART_REPO_URL = "https://gitlab.prxm.uz/api/v4/projects/271/packages/helm/stable"
+CHART_DIRECTORY = "./chart/proxima-agent"  # in a checkout of this release
 HOST_AGENT_DATA_DIR = "/var/lib/proxima-node-agent"
 CHART_DEFAULT_SYNC_INTERVAL = "5m"
 SECRET_NAME = "proxima-install-token"  # noqa: S105 (a Secret's name, not a secret)
 SECRET_KEY = "token"  # noqa: S105
 TOKEN_PLACEHOLDER = "YOUR_INSTALL_TOKEN"  # noqa: S105 (the chart page's placeholder)
 VALUES_FILE = "proxima-agent-values.yaml"
+ARGO_REPO_SECRET = "proxima-chart-repository"  # noqa: S105 (a Secret's name)
+#: What the node agent's namespace needs (hostPath, root): Argo CD's CreateNamespace=true makes
+#: a namespace with no label, which a cluster whose Pod Security default is baseline or
+#: restricted refuses the DaemonSet's pods in.
+POD_SECURITY_LABEL = ("pod-security.kubernetes.io/enforce", "privileged")
+_READ_CREDENTIALS = (
+    "read -rp 'Deploy token name: ' PROXIMA_REPO_USER\n"
+    "read -rsp 'Deploy token: ' PROXIMA_REPO_TOKEN; echo\n"
+)
 
 _HELM_TYPED = re.compile(r"(?i)^(true|false|null|[+-]?[0-9]+)$")
 
@@ -71,8 +90,27 @@ class InstallPlan:
     chart: str = CHART
     """What ``helm upgrade --install`` installs: ``<repo>/<chart>``, an ``oci://`` reference or
     a chart directory (the Console's ``PROXIMA_CHART_REF``)."""
-    repo_url: str = CHART_REPO_URL
-    """The Helm repository Argo CD pulls from (``PROXIMA_CHART_REPO_URL``)."""
+    repo_url: str | None = None
+    """The classic Helm repository ``<repo>/<chart>`` comes from (``PROXIMA_CHART_REPO_URL``);
+    None: the Console names none."""
+
+    @property
+    def kind(self) -> Literal["repo", "oci", "directory"]:
+        if self.chart.startswith("oci://"):
+            return "oci"
+        if self.chart.startswith((".", "/")) or self.chart.count("/") != 1:
+            return "directory"
+        return "repo"
+
+    @property
+    def repo_unset(self) -> bool:
+        """``PROXIMA_CHART_REF`` names a repository chart, but no repository is configured:
+        the commands install the chart's directory instead, and the page says how to set it."""
+        return self.kind == "repo" and not self.repo_url
+
+    @property
+    def install_chart(self) -> str:
+        return CHART_DIRECTORY if self.repo_unset else self.chart
 
     def set_values(self) -> list[tuple[str, str]]:
         values = [
@@ -91,14 +129,14 @@ class InstallPlan:
     def published(self) -> bool:
         """The chart comes from a repository or a registry (not a directory): the commands pin
         ``--version`` to this Console's version, as Argo CD's ``targetRevision`` does."""
-        return not self.chart.startswith((".", "/"))
+        return self.kind != "directory" and not self.repo_unset
 
     def _version_flag(self) -> list[str]:
         return [f"--version {self.chart_version}"] if self.published else []
 
     def helm_command(self) -> str:
         lines = [
-            f"helm upgrade --install {RELEASE} {self.chart}",
+            f"helm upgrade --install {RELEASE} {self.install_chart}",
             f"--namespace {NAMESPACE}",
             "--create-namespace",
             *self._version_flag(),
@@ -106,14 +144,65 @@ class InstallPlan:
         ]
         return _continued(lines)
 
-    def argo_source(self) -> tuple[str, str]:
+    def login_commands(self) -> str | None:
+        """The repository's login, credentials read without echo and passed on stdin: ``helm
+        repo add`` for the classic repository, ``helm registry login`` for an OCI registry;
+        None for a chart directory."""
+        if self.kind == "oci":
+            host = self.chart.removeprefix("oci://").split("/")[0]
+            return (
+                _READ_CREDENTIALS + f"printf '%s' \"$PROXIMA_REPO_TOKEN\" | helm registry login "
+                f"{shlex.quote(host)} \\\n"
+                '  --username "$PROXIMA_REPO_USER" --password-stdin\n'
+                "unset PROXIMA_REPO_TOKEN"
+            )
+        if self.kind != "repo" or not self.repo_url:
+            return None
+        alias = self.chart.split("/")[0]
+        return (
+            _READ_CREDENTIALS + f"printf '%s' \"$PROXIMA_REPO_TOKEN\" | helm repo add {alias} "
+            f"{shlex.quote(self.repo_url)} \\\n"
+            '  --username "$PROXIMA_REPO_USER" --password-stdin\n'
+            f"unset PROXIMA_REPO_TOKEN\nhelm repo update {alias}"
+        )
+
+    def argo_source(self) -> tuple[str, str] | None:
         """Argo CD's ``repoURL`` and ``chart``: an ``oci://`` chart reference is split into the
         registry path (Argo CD takes it without the scheme) and the chart name; otherwise the
-        classic repository (``PROXIMA_CHART_REPO_URL``)."""
-        if self.chart.startswith("oci://"):
+        classic repository (``PROXIMA_CHART_REPO_URL``). None where nothing is published."""
+        if self.kind == "oci":
             path, _, name = self.chart.removeprefix("oci://").rpartition("/")
             return path, name
-        return self.repo_url, RELEASE
+        if self.kind == "repo" and self.repo_url:
+            return self.repo_url, RELEASE
+        return None
+
+    def argo_repository_commands(self) -> str | None:
+        """Argo CD's repository credentials as its declarative Secret (label
+        ``argocd.argoproj.io/secret-type=repository``) in the ``argocd`` namespace; the
+        password goes to kubectl on stdin (``--from-file=password=/dev/stdin``)."""
+        source = self.argo_source()
+        if source is None:
+            return None
+        url = source[0]
+        oci = ["--from-literal=enableOCI=true"] if self.kind == "oci" else []
+        create = _continued(
+            [
+                f"printf '%s' \"$PROXIMA_REPO_TOKEN\" | kubectl -n argocd create secret generic "
+                f"{ARGO_REPO_SECRET}",
+                "--from-literal=type=helm",
+                f"--from-literal=name={RELEASE}",
+                f"--from-literal={shlex.quote(f'url={url}')}",
+                *oci,
+                '--from-literal=username="$PROXIMA_REPO_USER"',
+                "--from-file=password=/dev/stdin",
+            ]
+        )
+        return (
+            f"{_READ_CREDENTIALS}{create}\nunset PROXIMA_REPO_TOKEN\n"
+            f"kubectl -n argocd label secret {ARGO_REPO_SECRET} "
+            "argocd.argoproj.io/secret-type=repository"
+        )
 
     def secret_commands(self) -> str:
         create = _continued(
@@ -153,16 +242,23 @@ class InstallPlan:
     def values_command(self) -> str:
         return _continued(
             [
-                f"helm upgrade --install {RELEASE} {self.chart}",
+                f"helm upgrade --install {RELEASE} {self.install_chart}",
                 f"--namespace {NAMESPACE}",
                 *self._version_flag(),
                 f"-f {VALUES_FILE}",
             ]
         )
 
-    def argo_application(self) -> str:
+    def argo_application(self) -> str | None:
+        """The page's Application, its namespace labelled for the node agent by Argo CD
+        (``managedNamespaceMetadata``: ``CreateNamespace=true`` alone makes it unlabelled).
+        None where nothing is published (Argo CD cannot install a local directory)."""
+        source = self.argo_source()
+        if source is None:
+            return None
+        repo_url, chart = source
         values = "\n".join(f"        {line}" for line in self._values_lines())
-        repo_url, chart = self.argo_source()
+        label, level = POD_SECURITY_LABEL
         return (
             "apiVersion: argoproj.io/v1alpha1\n"
             "kind: Application\n"
@@ -189,4 +285,8 @@ class InstallPlan:
             "      selfHeal: true\n"
             "    syncOptions:\n"
             "      - CreateNamespace=true\n"
+            "    managedNamespaceMetadata:"
+            "     # the node agent (hostPath, root) needs a privileged namespace\n"
+            "      labels:\n"
+            f"        {label}: {level}\n"
         )

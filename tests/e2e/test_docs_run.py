@@ -41,6 +41,7 @@ def test_the_blocks_an_operator_copies_are_marked_runnable():
         "console.md:console-settings",
         "agent.md:agent-shared-dir",
         "self-update.md:self-update-build",
+        "releasing.md:release-repos",
     } <= set(SCRIPTS)
 
 

@@ -4,7 +4,9 @@ the image with it, `set-version` rewrites it and Chart.yaml's copy together."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -84,3 +86,68 @@ def test_usage_errors_are_one_line():
     )
     assert done.returncode == 1
     assert done.stderr.strip() == "release: error: pass --gpg-home DIR (a release key) or --no-sign"
+
+
+def _checkout(tmp_path: Path, tag: str | None) -> Path:
+    """A git repository holding what release.py reads (scripts/, contracts.VERSION, the
+    chart), committed, HEAD tagged ``tag``."""
+    root = tmp_path / "checkout"
+    shutil.copytree(
+        REPO / "scripts", root / "scripts", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    (root / "contracts").mkdir()
+    shutil.copy(REPO / "contracts" / "__init__.py", root / "contracts" / "__init__.py")
+    shutil.copytree(REPO / "chart" / "proxima-agent", root / "chart" / "proxima-agent")
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "release"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    if tag:
+        subprocess.run([*git, "tag", tag], check=True, capture_output=True)
+    return root
+
+
+def _release_in(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(root / "scripts" / "release.py"), *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_tag_naming_the_version_is_accepted(tmp_path: Path):
+    root = _checkout(tmp_path, f"v{contracts.VERSION}")
+    done = _release_in(root, "version")
+    assert (done.returncode, done.stdout.strip()) == (0, contracts.VERSION), done.stderr
+
+
+def test_publish_refuses_when_the_tag_and_the_version_disagree(tmp_path: Path):
+    """Published chart versions track the release tag (the chart's page): a checkout tagged
+    with another version publishes nothing (refused before any credential, build or push)."""
+    root = _checkout(tmp_path, "v99.0.0")
+    expected = f"release: error: HEAD is tagged v99.0.0 but VERSION is {contracts.VERSION}"
+    assert _release_in(root, "version").stderr.strip() == expected
+    done = _release_in(
+        root, "publish", "--registry", "127.0.0.1:1", "--repo-url", "http://127.0.0.1:1/x",
+        "--out", str(tmp_path / "out"), "--no-sign",
+    )  # fmt: skip
+    assert (done.returncode, done.stderr.strip()) == (1, expected)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("key", ["version", "appVersion"])
+def test_publish_refuses_when_chart_yaml_disagrees_with_the_version(tmp_path: Path, key: str):
+    root = _checkout(tmp_path, f"v{contracts.VERSION}")
+    chart = root / "chart" / "proxima-agent" / "Chart.yaml"
+    text = chart.read_text()
+    chart.write_text(re.sub(rf"^{key}: .*$", f'{key}: "99.0.0"', text, flags=re.M))
+    done = _release_in(
+        root, "publish", "--registry", "127.0.0.1:1", "--repo-url", "http://127.0.0.1:1/x",
+        "--out", str(tmp_path / "out"), "--no-sign",
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"release: error: Chart.yaml's {key} is 99.0.0 but VERSION is {contracts.VERSION} "
+        f"(`release.py set-version {contracts.VERSION}` writes both)"
+    )

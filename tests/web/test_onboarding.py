@@ -24,6 +24,7 @@ from playwright.sync_api import expect
 from contracts.slugs import is_dns_label, slugify
 from testkit import REPO
 from testkit.collector import SimulatedCollector, helm_sets
+from testkit.console import QUIET_ENV
 from testkit.k8s import FAST_LEASE
 from testkit.kube import FleetSpec, seed_fleet
 from testkit.kube import objects as kube_objects
@@ -32,6 +33,20 @@ CHART = REPO / "chart" / "proxima-agent"
 NAME = "Production RKE2 (eu), main"
 SLUG = "production-rke2-eu-main"
 HOST_AGENT_DIR = "/var/lib/proxima-node-agent"
+REPO_URL = "https://charts.example/proxima"  # the Console's PROXIMA_CHART_REPO_URL
+
+
+@pytest.fixture
+def published_console(console_factory):  # type: ignore[no-untyped-def]
+    """tests/web's Console naming the classic chart repository, as a Console of a published
+    release does (``PROXIMA_CHART_REPO_URL``; it has no default)."""
+    return console_factory(
+        env={
+            **QUIET_ENV,
+            "PROXIMA_ROTATION_TIMEOUT_SECONDS": "10",
+            "PROXIMA_CHART_REPO_URL": REPO_URL,
+        }
+    )
 
 
 def _check(page, key: str):
@@ -91,8 +106,9 @@ def _as_template(command: str, chart: Path) -> list[str]:
 
 
 def test_the_wizard_onboards_a_cluster_until_all_three_checks_are_green(
-    web_console, ui, agents, kube_api, tmp_path
+    published_console, ui, agents, kube_api, tmp_path
 ):
+    web_console = published_console
     view = ui(web_console)
     page = view.page
     view.goto("/clusters")
@@ -117,6 +133,15 @@ def test_the_wizard_onboards_a_cluster_until_all_three_checks_are_green(
     page.click("#cluster-form button[type=submit]")
     page.wait_for_url(re.compile(rf"/clusters/{SLUG}/onboarding\?host_agent=1$"))
 
+    # The repository wants a deploy token: read without echo, handed to helm on stdin.
+    assert page.locator("#helm-repo-add").inner_text() == (
+        "read -rp 'Deploy token name: ' PROXIMA_REPO_USER\n"
+        "read -rsp 'Deploy token: ' PROXIMA_REPO_TOKEN; echo\n"
+        f"printf '%s' \"$PROXIMA_REPO_TOKEN\" | helm repo add proxima {REPO_URL} \\\n"
+        '  --username "$PROXIMA_REPO_USER" --password-stdin\n'
+        "unset PROXIMA_REPO_TOKEN\n"
+        "helm repo update proxima"
+    )
     command = page.locator("#helm-command").inner_text()
     values = helm_sets(command)
     assert command.startswith(
@@ -170,6 +195,12 @@ def test_the_wizard_onboards_a_cluster_until_all_three_checks_are_green(
     assert "Secret/proxima-agent-install-token" not in from_file  # existingSecret: never in Git
     app = yaml.safe_load(page.locator("#argo-application").inner_text())
     assert app["kind"] == "Application" and app["spec"]["source"]["chart"] == "proxima-agent"
+    assert app["spec"]["source"]["repoURL"] == REPO_URL
+    # CreateNamespace=true makes an unlabelled namespace: Argo CD labels it for the node agent.
+    assert app["spec"]["syncPolicy"]["managedNamespaceMetadata"]["labels"] == {
+        "pod-security.kubernetes.io/enforce": "privileged"
+    }
+    assert "--from-file=password=/dev/stdin" in page.locator("#argo-repository").inner_text()
     argo_values = tmp_path / "argo-values.yaml"
     argo_values.write_text(app["spec"]["source"]["helm"]["values"])
     from_argo = _helm(tmp_path, "proxima-agent", str(CHART), "-f", str(argo_values))
@@ -341,3 +372,27 @@ def test_each_pending_step_shows_its_likely_cause_until_it_turns_green(web_conso
         "3 of 3 checks passed: the cluster is onboarded."
     )
     expect(page.locator("#warnings")).to_be_hidden()
+
+
+def test_a_console_naming_no_chart_repository_says_how_to_name_one(web_console, ui):
+    """The wizard's repository used to default to a URL this project never publishes to; with
+    PROXIMA_CHART_REPO_URL unset it invents none: it says what to set and its commands install
+    this release's chart directory."""
+    view = ui(web_console)
+    view.goto("/clusters/add")
+    view.page.fill("#cluster-name", "No repository")
+    view.page.click("#cluster-form button[type=submit]")
+    view.page.wait_for_url(re.compile(r"/clusters/no-repository/onboarding$"))
+    page = view.page
+    notice = page.locator("#chart-repo-unset")
+    expect(notice).to_contain_text("This Console names no chart repository.")
+    expect(notice).to_contain_text("PROXIMA_CHART_REPO_URL")
+    expect(notice).to_contain_text("./chart/proxima-agent")
+    assert page.locator("#helm-repo-add").count() == 0
+    command = page.locator("#helm-command").inner_text()
+    assert command.startswith("helm upgrade --install proxima-agent ./chart/proxima-agent \\\n")
+    assert "--version" not in command  # a directory is this checkout's version
+    page.locator("summary", has_text="Argo CD Application").click()
+    expect(page.locator("#argo-unpublished")).to_contain_text("PROXIMA_CHART_REPO_URL")
+    assert page.locator("#argo-application").count() == 0
+    assert "gitlab" not in page.content()

@@ -239,9 +239,6 @@ async def onboarding_page(
         host_agent=host_agent,
         host_agent_dir=HOST_AGENT_DATA_DIR,
         url_warning=public_url_warning(runtime.settings.public_url, plan.backend_url),
-        chart_is_repo="/" in plan.chart
-        and not plan.chart.startswith((".", "/", "oci://"))
-        and plan.chart.split("/")[0] == "proxima",
     )
 
 

@@ -75,7 +75,7 @@ async def _page(
     return get_web(request).templates.render(
         request,
         "tokens/index.html",
-        title="Tokens",
+        title="Settings",
         active="tokens",
         viewer=viewer,
         flashes=viewer.session.take_flashes(),
