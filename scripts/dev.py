@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -69,10 +70,14 @@ def apt_install(*packages: str) -> None:
         run("apt-get", "install", "-y", "-qq", *packages, env=env)
 
 
-def ensure_postgres() -> bool:
-    if not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")):
-        apt_install("postgresql")
+def postgres_installed() -> bool:
     return bool(list(Path("/usr/lib/postgresql").glob("*/bin/initdb")))
+
+
+def ensure_postgres() -> bool:
+    if not postgres_installed():
+        apt_install("postgresql")
+    return postgres_installed()
 
 
 def ensure_chromium() -> None:
@@ -116,40 +121,152 @@ def ensure_control_plane() -> None:
         say("the control plane is not available: tests/cluster will say why")
 
 
+#: what a test may need beyond the venv (testkit/lanes.py says which tests need which), and how
+#: this machine gets it
+PREPARE = {
+    "chromium": ensure_chromium,
+    "release-tools": ensure_release_tools,
+    "control-plane": ensure_control_plane,
+    "postgres": ensure_postgres,
+}
+
+
+def missing_needs() -> set[str]:
+    """The needs this machine does not have yet (cheap checks: nothing is installed or built)."""
+    missing = set()
+    if not Path("/usr/bin/chromium").exists():
+        missing.add("chromium")
+    if not all(shutil.which(tool) for tool in RELEASE_TOOLS):
+        missing.add("release-tools")
+    if not postgres_installed():
+        missing.add("postgres")
+    tools = [PY, ROOT / "scripts" / "tools.py", "control-plane", "--check"]
+    if subprocess.run([str(c) for c in tools], cwd=ROOT).returncode != 0:
+        missing.add("control-plane")
+    return missing
+
+
+#: pytest options whose value is the next argument (so that value is not a test path)
+VALUE_OPTIONS = {
+    *("-k", "-m", "-p", "-c", "-o", "-W", "-r", "-n", "--deselect", "--ignore", "--ignore-glob"),
+    *("--rootdir", "--basetemp", "--confcutdir", "--junitxml", "--junit-xml", "--durations"),
+    *("--durations-min", "--maxfail", "--timeout", "--timeout-method", "--tb", "--capture"),
+    *("--color", "--import-mode", "--log-level", "--log-file", "--log-cli-level", "--dist"),
+    *("--override-ini", "--config-file", "--numprocesses", "--maxprocesses", "--tx"),
+    *("--hypothesis-seed", "--hypothesis-profile", "--last-failed-no-failures", "--lfnf"),
+}
+#: pytest options that select tests
+SELECTING = {"-k", "-m", "--deselect", "--ignore", "--ignore-glob", "--lf", "--last-failed"}
+SELECTING |= {"--sw", "--stepwise"}
+
+
+def selects_tests(pytest_args: list[str]) -> bool:
+    """Whether the arguments select tests (-k, -m, paths, node ids...) rather than only set
+    options (-x, -v, -n 4): a selection runs without the whole-tree checks."""
+    args = iter(pytest_args)
+    for arg in args:
+        name = arg.split("=", 1)[0]
+        if arg == "--":
+            return any(True for _ in args)
+        if not arg.startswith("-"):
+            return True
+        if name in SELECTING or (arg[:2] in ("-k", "-m") and len(arg) > 2):
+            return True
+        if arg in VALUE_OPTIONS:
+            next(args, None)
+    return False
+
+
+def collect_needs(pytest_args: list[str], env: dict[str, str]) -> tuple[int, set[str]]:
+    """(pytest's exit code, what the selected tests need): ``pytest --collect-only`` with
+    testkit/lanes.py's report. A failed collection's output is printed."""
+    report = ROOT / ".cache" / "test-needs.json"
+    report.parent.mkdir(exist_ok=True)
+    report.unlink(missing_ok=True)
+    say("collecting the selected tests (to prepare only what they need)")
+    done = subprocess.run(
+        [str(BIN / "pytest"), "--collect-only", "-q", *pytest_args, "-n", "0"],
+        cwd=ROOT,
+        env={**env, "PROXIMA_TEST_NEEDS": str(report)},
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        print((done.stdout + done.stderr)[-6000:], file=sys.stderr)
+        return done.returncode, set()
+    try:
+        found = json.loads(report.read_text())
+    except (OSError, ValueError):
+        return 0, set(PREPARE)  # no report (tests outside tests/): prepare everything
+    needs = ", ".join(found["needs"]) or "nothing more"
+    say(f"{found['tests']} tests selected; they need: {needs}")
+    return 0, set(found["needs"])
+
+
+#: arguments by which the caller chose (or disabled) xdist's workers themselves
+XDIST_OPTIONS = {"--numprocesses", "--tx", "no:xdist"}
+
+
+def workers() -> str:
+    """pytest-xdist workers of a full run: PROXIMA_TEST_WORKERS, else one per CPU (at least 2)."""
+    return os.environ.get("PROXIMA_TEST_WORKERS") or str(max(2, os.cpu_count() or 1))
+
+
 def test(pytest_args: list[str]) -> int:
     setup()
-    ensure_chromium()
-    ensure_release_tools()
-    ensure_control_plane()
     # The package index is reachable (setup just used it): run the self-contained build test too.
     env = {
         **os.environ,
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PROXIMA_TEST_SELF_CONTAINED": "1",
     }
+    selected = selects_tests(pytest_args)
+    prepare = set(PREPARE)
+    if selected:
+        # Only what the selected tests need and this machine lacks (collecting only then).
+        prepare = missing_needs()
+        if prepare:
+            code, needs = collect_needs(pytest_args, env)
+            if code != 0:
+                return report_failure(code, None)
+            prepare &= needs
     # The release lane's Debian base and wheels (tests/release) are cached in the repo's own
     # .cache/release (keyed by content); set PROXIMA_RELEASE_CACHE to share them between clones.
-    if ensure_postgres():
-        env["PROXIMA_REQUIRE_POSTGRES"] = "1"
-    else:
+    for need in ("chromium", "release-tools", "control-plane"):
+        if need in prepare:
+            PREPARE[need]()
+    if "postgres" in prepare and not ensure_postgres():
         say("PostgreSQL is not available: the postgres lane will be skipped")
+    if postgres_installed():
+        env["PROXIMA_REQUIRE_POSTGRES"] = "1"
     say("ruff")
     run(BIN / "ruff", "check", ".")
     run(BIN / "ruff", "format", "--check", ".")
-    say("mypy (strict on contracts/ and rollout_policy/)")
-    run(BIN / "mypy", "contracts", "rollout_policy", "console", "agent", "flows", "testkit")
-    say("import-linter (layer rules from DESIGN.md)")
-    run(BIN / "lint-imports")
-    say("pytest")
+    parallel: list[str] = []
+    if selected:
+        say("tests selected: mypy and import-linter run on a full `dev.py test` (no arguments)")
+    else:
+        say("mypy (strict on contracts/ and rollout_policy/)")
+        run(BIN / "mypy", "contracts", "rollout_policy", "console", "agent", "flows", "testkit")
+        say("import-linter (layer rules from DESIGN.md)")
+        run(BIN / "lint-imports")
+        if not any(a.split("=")[0] in XDIST_OPTIONS or a[:2] == "-n" for a in pytest_args):
+            parallel = ["-n", workers()]
+    say(f"pytest{' on ' + parallel[1] + ' workers (pytest-xdist)' if parallel else ''}")
     junit = ROOT / ".cache" / "pytest-results.xml"
     junit.unlink(missing_ok=True)
-    code = run(BIN / "pytest", f"--junitxml={junit}", *pytest_args, env=env, check=False)
+    code = run(BIN / "pytest", f"--junitxml={junit}", *parallel, *pytest_args, env=env, check=False)
+    return report_failure(code, junit)
+
+
+def report_failure(code: int, junit: Path | None) -> int:
     if code != 0:
         # Libraries can print pages at interpreter exit (after pytest's own summary), and CI
         # keeps only the tail: name what failed once more, as the very last lines.
-        for line in failed_tests(junit):
+        for line in failed_tests(junit) if junit else []:
             print(f"dev.py: {line}", file=sys.stderr)
-        print(f"dev.py: tests failed (pytest exit code {code})", file=sys.stderr)
+        what = "no tests ran" if code == 5 else "tests failed"
+        print(f"dev.py: {what} (pytest exit code {code})", file=sys.stderr)
     return code
 
 

