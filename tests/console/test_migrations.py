@@ -49,7 +49,7 @@ def _seed(url: str, agents: dict[str, dict[str, str | None]], kubernetes: str) -
 
 def test_values_over_their_bounds_are_cleared_once_by_a_migration(database_url):
     """The Console cleared stored values over their bounds at every start, outside Alembic
-    (``console/services/repairs.py``); revision 0015 clears them once, with the same event."""
+    (a start-time repair service); revision 0015 clears them once, with the same event."""
     url = database_url
     command.upgrade(alembic_config(url), "0014_rate_counters")
     sqlite = url.startswith("sqlite")  # PostgreSQL enforces a column's length; SQLite does not
