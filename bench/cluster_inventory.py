@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.cluster_inventory [--pods 5000] [--syncs 5] [--interval 3s]
 
 Goal: a relist in <= 3 s, the collector's peak RSS <= 256 MiB. A real Console, the
-Kubernetes API double seeded with a deterministic fleet (in this process), and one real
+Kubernetes API double preloaded with a deterministic fleet (in this process), and one real
 ``k8s-cluster-collector`` agent process (replicas 1, podLimit = the fleet's pods) syncing every
 ``--interval``. Relist time is what the agent reports for each sync (every list call,
 paginated, plus the summaries); the end-to-end time also counts gzip, chunking under the
@@ -24,7 +24,7 @@ import httpx
 
 from testkit.agents import AgentProcess
 from testkit.console import ConsoleProcess
-from testkit.kube import FleetSpec, KubeApiDouble, objects, seed_fleet
+from testkit.kube import FleetSpec, KubeApiDouble, objects, preload_fleet
 from testkit.waiting import wait_for
 
 RELIST = re.compile(r"published: .*relist ([0-9.]+)s \((\d+) requests\)")
@@ -45,7 +45,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, KubeApiDouble() as kube:
         root = Path(tmp)
-        fleet = seed_fleet(kube, FleetSpec(pods=args.pods))
+        fleet = preload_fleet(kube, FleetSpec(pods=args.pods))
         kube.put(objects.namespace("proxima-system"))
         kubeconfig = kube.write_kubeconfig(root / "kubeconfig")
         console = ConsoleProcess(root / "console").start()

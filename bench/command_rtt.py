@@ -56,7 +56,7 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def _seed_agent(data_dir: Path) -> dict[str, str]:
+def _preload_agent(data_dir: Path) -> dict[str, str]:
     """A bootstrapped database with one agent record; the agent's identity."""
     from sqlalchemy import insert
     from sqlmodel import Session
@@ -66,7 +66,7 @@ def _seed_agent(data_dir: Path) -> dict[str, str]:
     from console.models import Agent, new_id
     from console.nats.jwt import agent_jwt
     from console.services.nats_keys import environment_key
-    from testkit.seeding import agent_row
+    from testkit.preload import agent_row
 
     url = f"sqlite:///{data_dir}/console.db"
     data_dir.mkdir(parents=True)
@@ -367,7 +367,7 @@ def main() -> None:
     timer = _watchdog(args.deadline)
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp) / "console"
-        agent = _seed_agent(data_dir)
+        agent = _preload_agent(data_dir)
         rts, sends, cpu = asyncio.run(_measure(data_dir, agent, args))
     timer.cancel()
     rt, sent = [x * 1e6 for x in rts], [x * 1e6 for x in sends]

@@ -38,7 +38,7 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def seed(database_url: str, client_id: str, environment_id: str, count: int) -> None:
+def preload(database_url: str, client_id: str, environment_id: str, count: int) -> None:
     """``count`` agent records (and evidence for every third) in batches of 5,000."""
     now = datetime.now(UTC)
     engine = make_engine(database_url)
@@ -88,7 +88,7 @@ def seed(database_url: str, client_id: str, environment_id: str, count: int) -> 
 
 
 def measure(console: ConsoleProcess, requests: int) -> dict[str, tuple[float, float]]:
-    # This client's own full collections (it built the seeded rows: ~125,000 objects, 60-80 ms a
+    # This client's own full collections (it built the preloaded rows: ~125,000 objects, 60-80 ms a
     # pass on this machine) would be timed as the Console's latency: its heap is frozen first.
     gc.collect()
     gc.freeze()
@@ -122,8 +122,8 @@ def run_size(
         console.token = info["token"]
         url = console.env.get("PROXIMA_DATABASE_URL") or f"sqlite:///{console.data_dir}/console.db"
         t0 = time.perf_counter()
-        seed(url, info["client_id"], info["environment_id"], size)
-        print(f"  seeded {size:,} agents in {time.perf_counter() - t0:.1f} s", flush=True)
+        preload(url, info["client_id"], info["environment_id"], size)
+        print(f"  preloaded {size:,} agents in {time.perf_counter() - t0:.1f} s", flush=True)
         console.start()
         try:
             return measure(console, requests)

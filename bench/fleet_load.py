@@ -1,10 +1,10 @@
-"""A fleet of simulated agents for the Console-side measures: seeded in the database in bulk,
+"""A fleet of simulated agents for the Console-side measures: preloaded into the database in bulk,
 heartbeating through a real nats-server from a separate process over a few connections.
 
     (used by ``bench.heartbeats`` and ``bench.fleet_scale``; the generator runs as
     ``python -m bench.fleet_load --nats URL --creds FILE --agents FILE ...``)
 
-How 100,000 agents fit on this machine: the agents are rows (``seed_agents``: one multi-row
+How 100,000 agents fit on this machine: the agents are rows (``preload_agents``: one multi-row
 INSERT per 5,000), not processes, and their heartbeats come from **one generator process**
 holding a few NATS connections (``Generator(connections=4)``), each its own user of the agents'
 environment account allowed to publish ``proxima.agent.*.heartbeat`` and nothing else. Each
@@ -47,7 +47,7 @@ from testkit.console import ConsoleProcess
 HEARTBEAT_PUB = "proxima.agent.*.heartbeat"
 
 
-def seed_agents(console: ConsoleProcess, count: int, *, offline_share: float = 0.0) -> list[str]:
+def preload_agents(console: ConsoleProcess, count: int, *, offline_share: float = 0.0) -> list[str]:
     """``count`` host agents in the bootstrap environment, seen now (or ``offline_share`` of them
     two days ago), in batches of 5,000; their ids in phase order."""
     from datetime import timedelta
@@ -56,7 +56,7 @@ def seed_agents(console: ConsoleProcess, count: int, *, offline_share: float = 0
 
     from console.core.db import make_engine
     from console.models import Agent
-    from testkit.seeding import agent_row
+    from testkit.preload import agent_row
 
     info = console.bootstrap_info
     now = datetime.now(UTC)

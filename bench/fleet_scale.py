@@ -6,7 +6,7 @@ heartbeat, and how soon a stopped agent shows offline — at several fleet sizes
 
 Goals, at 100,000 enrolled agents heartbeating every 30 s: Console RSS <= 1 GiB,
 ``GET /api/v1/fleet/agents?limit=50`` p99 <= 50 ms, every stopped agent shown offline <= 75 s
-after its last heartbeat. Per size: the agents are seeded in the database, a separate
+after its last heartbeat. Per size: the agents are preloaded into the database, a separate
 generator process beats for all of them (``bench.fleet_load``: 4 NATS connections; what that
 leaves out is said there), and after ``--warmup`` seconds, for ``--seconds``:
 
@@ -43,7 +43,7 @@ from bench.fleet_load import (
     p99_from_buckets,
     pid_cpu_seconds,
     pid_rss_bytes,
-    seed_agents,
+    preload_agents,
 )
 from testkit.console import ConsoleProcess
 
@@ -71,7 +71,7 @@ class RssSampler(threading.Thread):
 
 
 def list_latencies(client: httpx.Client, seconds: float) -> list[float]:
-    # This client's own full collections (it built the seeded rows: ~125,000 objects, 60-80 ms a
+    # This client's own full collections (it built the preloaded rows: ~125,000 objects, 60-80 ms a
     # pass on this machine) would be timed as the Console's latency: its heap is frozen first.
     gc.collect()
     gc.freeze()
@@ -129,8 +129,8 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
         console.bootstrap_info = console.bootstrap()
         console.token = console.bootstrap_info["token"]
         t0 = time.perf_counter()
-        ids = seed_agents(console, size)
-        seeded = time.perf_counter() - t0
+        ids = preload_agents(console, size)
+        preloaded = time.perf_counter() - t0
         console.start(timeout=300)
         generator = None
         try:
@@ -158,7 +158,7 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
             console.stop()
     ingested = metric(after, INGESTED) - metric(before, INGESTED)
     return {
-        "seeded_s": seeded,
+        "preloaded_s": preloaded,
         "rss": max(s[0] for s in sampler.samples),
         "nats_rss": max(s[1] for s in sampler.samples),
         "idle_p50": statistics.median(quiet) if quiet else 0.0,
@@ -200,7 +200,7 @@ def main() -> None:
         off = sorted(r["offline"].values())
         worst = off[-1] if len(off) == r["stopped"] else float("inf")
         print(
-            f"{size:>7,} agents (seeded in {r['seeded_s']:.0f} s): "
+            f"{size:>7,} agents (preloaded in {r['preloaded_s']:.0f} s): "
             f"Console RSS max {r['rss'] / MIB:.0f} MiB (goal <= 1024; nats-server "
             f"{r['nats_rss'] / MIB:.0f} MiB); list without heartbeats p50 "
             f"{r['idle_p50'] * 1000:.1f} ms, p99 {r['idle_p99'] * 1000:.1f} ms; with them "

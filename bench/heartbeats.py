@@ -4,7 +4,7 @@
         [--database sqlite|postgres] [--profile hb.prof] [--top 25]
 
 Goal (docs/performance.md): <= 25 us of Console CPU per heartbeat (>= 40,000/s per core), p99 lag
-<= 500 ms. The agents are seeded rows and their heartbeats come from a separate generator
+<= 500 ms. The agents are preloaded rows and their heartbeats come from a separate generator
 process over 4 NATS connections (``bench.fleet_load``: how, and what that leaves out); the
 Console's CPU (user + system of its own process, read from ``/proc``; its embedded nats-server
 is a child process and is reported apart) is counted over a window after a warm-up, against
@@ -44,7 +44,7 @@ from bench.fleet_load import (
     nats_server_pid,
     p99_from_buckets,
     pid_cpu_seconds,
-    seed_agents,
+    preload_agents,
 )
 from testkit.console import ConsoleProcess
 
@@ -77,7 +77,7 @@ def measure(
     tmp: Path,
     pg_datadir: Path | None = None,
 ) -> dict[str, float]:
-    ids = seed_agents(console, agents)
+    ids = preload_agents(console, agents)
     console.start(timeout=300)
     assert console.process is not None
     pid, nats_pid = console.process.pid, nats_server_pid(console)

@@ -11,7 +11,7 @@ The agents are a swarm answering self_update commands (testkit/swarm.py). With
 ``--per-connection 1`` each is a real enrolled identity on its own NATS session with its own
 nkey; above that, ``per-connection`` agents share one session (the module docstring of
 testkit/swarm.py says what that does not exercise) and their records are written into the
-database (``--no-seed``: each enrolls over HTTP instead, 2-3 minutes per 2,000 on this loaded
+database (``--no-preload``: each enrolls over HTTP instead, 2-3 minutes per 2,000 on this loaded
 machine). The flow runs under Prefect's test harness against a real Console on SQLite.
 ``--profile`` runs the Console under cProfile (bench.profiled_console; slower: read its figures
 as shares).
@@ -58,7 +58,7 @@ def main() -> None:
         "--heartbeat", type=float, default=60.0, help="seconds between each agent's heartbeats"
     )
     parser.add_argument(
-        "--seed",
+        "--preload",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="write the agent records into the database instead of enrolling each over HTTP "
@@ -103,7 +103,7 @@ def main() -> None:
             retry_max=30.0,
             per_connection=args.per_connection,
             enroll_concurrency=args.enroll_concurrency,
-            seed=args.seed and args.per_connection > 1,
+            preloaded=args.preload and args.per_connection > 1,
         )
         try:
             swarm.start()
@@ -138,7 +138,7 @@ def main() -> None:
                 f"{final['counts']['succeeded']} results recorded, {notified} notified, "
                 f"in {orchestration:.1f} s of orchestration (goal <= 30 s); "
                 f"{tasks} Prefect task runs (goal <= 50); "
-                f"setup ({'seed' if swarm.seed else 'enroll'} + connect) {setup:.1f} s; "
+                f"setup ({'preload' if swarm.preloaded else 'enroll'} + connect) {setup:.1f} s; "
                 f"{args.per_connection} agents per NATS session, {len(swarm.sessions)} sessions, "
                 f"heartbeats every {args.heartbeat:g} s; {repeats} results sent again "
                 "(not acknowledged in time)"

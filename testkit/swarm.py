@@ -87,7 +87,7 @@ class Swarm:
         nats_servers: list[str] | None = None,
         per_connection: int = 1,
         enroll_concurrency: int = 8,
-        seed: bool = False,
+        preloaded: bool = False,
     ) -> None:
         self.console = console
         # Where the agents connect (default: the Console's embedded server); a cluster's nodes
@@ -108,9 +108,9 @@ class Swarm:
         # Records written straight into the Console's database instead of enrolled over HTTP
         # (a shard's session needs no agent JWT): for the rollout benchmark at 20,000, where
         # enrolling is not what is measured and would take most of the run.
-        self.seed = seed
-        if seed and self.per_connection == 1:
-            raise ValueError("seeded agents have no NATS credentials: use per_connection > 1")
+        self.preloaded = preloaded
+        if preloaded and self.per_connection == 1:
+            raise ValueError("preloaded agents have no NATS credentials: use per_connection > 1")
         self.heartbeats_sent = 0
         self.agents: list[SimAgent] = []
         self._loop = asyncio.new_event_loop()
@@ -133,8 +133,8 @@ class Swarm:
 
     async def _start(self) -> None:
         idents = [Identity(name=f"{self.prefix}-{i:05d}") for i in range(self.count)]
-        if self.seed:
-            ids = await asyncio.to_thread(self._seed_records, idents)
+        if self.preloaded:
+            ids = await asyncio.to_thread(self._preload_records, idents)
             self.agents = [SimAgent(i, a, self.version) for i, a in zip(idents, ids, strict=True)]
         else:
             await self._enroll(idents)
@@ -161,7 +161,7 @@ class Swarm:
 
             self.agents = list(await asyncio.gather(*(enroll(i) for i in idents)))
 
-    def _seed_records(self, idents: list[Identity]) -> list[str]:
+    def _preload_records(self, idents: list[Identity]) -> list[str]:
         """Agent records as an enrollment leaves them, inserted in batches (bench/fleet_list's
         way); seen now, so they are online for the Console's staleness window."""
         from sqlalchemy import insert
@@ -295,7 +295,9 @@ class Swarm:
             wait = min(self.retry_max, wait * 2)
 
     async def _beat(self, nc: Any, agent: SimAgent) -> None:
-        if self.seed:  # seen at seeding: spread the fleet's beats over the interval, as a fleet
+        if (
+            self.preloaded
+        ):  # seen at preloading: spread the fleet's beats over the interval, as a fleet
             await asyncio.sleep(random.uniform(0, self.heartbeat_seconds))
         while True:
             body = {

@@ -37,7 +37,7 @@ __all__ = ["cluster_onboarding", "onboarding_status"]
 LOGS = "kubectl -n proxima-system logs statefulset/proxima-agent-cluster-agent"
 
 
-def _seed_enrollment_causes(backend_url: str) -> list[Cause]:
+def _chart_page_enrollment_causes(backend_url: str) -> list[Cause]:
     return [
         Cause(
             issue="Cluster not appearing in Console",
@@ -125,7 +125,7 @@ def _enrollment(
                     fix="Mint a new install token on this page and run the command again",
                 )
             )
-        causes += _seed_enrollment_causes(backend_url)
+        causes += _chart_page_enrollment_causes(backend_url)
         if node_agents:
             causes.append(
                 Cause(

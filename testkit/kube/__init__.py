@@ -1,9 +1,9 @@
 """A Kubernetes API server double for tests: the official client talks to it over real HTTP.
 
-    from testkit.kube import KubeApiDouble, seed_fleet
+    from testkit.kube import KubeApiDouble, preload_fleet
 
     with KubeApiDouble() as kube:
-        fleet = seed_fleet(kube)                     # 5,000 pods, deterministic
+        fleet = preload_fleet(kube)                     # 5,000 pods, deterministic
         api = kubernetes.client.CoreV1Api(kube.api_client())
         kube.write_kubeconfig(tmp_path / "kubeconfig")   # for subprocesses (KUBECONFIG=…)
         kube.set_rollouts("forbidden")               # or kube.forbid()/fail()/down()/up()
@@ -17,7 +17,7 @@ from testkit.kube.audit import Permission, RecordedRequest
 from testkit.kube.authorization import DEFAULT_TOKEN, DEFAULT_USER, PolicyRule, RbacPolicy
 from testkit.kube.errors import StatusError, UnknownResourceError
 from testkit.kube.faults import Fault, InjectedFault
-from testkit.kube.fleet import Fleet, FleetSpec, build_fleet, seed_fleet
+from testkit.kube.fleet import Fleet, FleetSpec, build_fleet, preload_fleet
 from testkit.kube.resources import CATALOGUE, ResourceType
 from testkit.kube.server import AppliedObject, KubeApiDouble, RolloutsMode, ServerState
 from testkit.kube.store import ListPage, ObjectStore, WatchEvent
@@ -46,5 +46,5 @@ __all__ = [
     "WatchEvent",
     "build_fleet",
     "objects",
-    "seed_fleet",
+    "preload_fleet",
 ]

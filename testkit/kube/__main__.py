@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
-from testkit.kube.fleet import FleetSpec, seed_fleet
+from testkit.kube.fleet import FleetSpec, preload_fleet
 from testkit.kube.server import KubeApiDouble, RolloutsMode
 
 
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testkit.kube", description=__doc__)
     parser.add_argument("--port", type=int, default=0, help="0: a free port")
     parser.add_argument("--kubeconfig", type=Path, help="write a kubeconfig for the double here")
-    parser.add_argument("--pods", type=int, default=0, help="seed a fleet with this many pods")
+    parser.add_argument("--pods", type=int, default=0, help="preload a fleet with this many pods")
     parser.add_argument("--nodes", type=int, default=50)
     parser.add_argument("--rollouts", choices=[m.value for m in RolloutsMode], default="present")
     parser.add_argument("--tls", action="store_true", help="serve https (needed by kubectl)")
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     with double:
         if args.pods:
-            seed_fleet(double, FleetSpec(pods=args.pods, nodes=args.nodes))
+            preload_fleet(double, FleetSpec(pods=args.pods, nodes=args.nodes))
         kubeconfig = double.write_kubeconfig(args.kubeconfig) if args.kubeconfig else None
         info = {"url": double.url, "token": double.token, "kubeconfig": str(kubeconfig or "")}
         print(json.dumps(info), flush=True)

@@ -1,7 +1,7 @@
 """A deterministic cluster of realistic size: nodes, namespaces, workloads and their pods.
 
 `build_fleet(FleetSpec(pods=5000))` returns the objects and a `Fleet` summary (what exists, so
-tests can assert on counts without listing); `seed_fleet(double)` puts them into a running
+tests can assert on counts without listing); `preload_fleet(double)` puts them into a running
 double. The same spec always yields the same objects. Pods are exactly `spec.pods`:
 
 - kube-system: static control-plane pods (owner: Node), kube-proxy and a CNI DaemonSet (one
@@ -71,7 +71,7 @@ class FleetSpec:
 
 @dataclass(frozen=True)
 class Fleet:
-    """What a seeded fleet holds."""
+    """What a preloaded fleet holds."""
 
     spec: FleetSpec
     nodes: tuple[str, ...]
@@ -323,7 +323,7 @@ def build_fleet(spec: FleetSpec | None = None) -> tuple[Fleet, list[dict[str, An
     return fleet, builder.objects
 
 
-def seed_fleet(double: KubeApiDouble, spec: FleetSpec | None = None) -> Fleet:
+def preload_fleet(double: KubeApiDouble, spec: FleetSpec | None = None) -> Fleet:
     """Build the fleet and put it into `double` (bypassing the API: no auth, faults or log)."""
     fleet, objects = build_fleet(spec)
     double.put_many(objects, copy_objects=False)

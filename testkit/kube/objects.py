@@ -1,6 +1,6 @@
 """Builders of realistic Kubernetes objects as plain dicts (what the API server serves).
 
-Everything is deterministic: uids, machine ids and addresses derive from names, so a seeded
+Everything is deterministic: uids, machine ids and addresses derive from names, so a preloaded
 cluster is the same on every run. Keyword arguments cover what tests vary; the rest is filled
 in the way a kubeadm-style cluster fills it in.
 """

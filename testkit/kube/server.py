@@ -1,7 +1,7 @@
 """`KubeApiDouble`: the API server double, an aiohttp app on 127.0.0.1 in its own thread.
 
 The official client (in this process or in subprocesses) talks to it over real HTTP. The test
-keeps a handle to seed objects, inject faults, take the server down and up again on the same
+keeps a handle to preload objects, inject faults, take the server down and up again on the same
 port, and read which calls were made. See docs/testing-kubernetes.md.
 """
 

@@ -338,7 +338,7 @@ class ObjectStore:
         return event
 
     def put_many(self, rt_objects: Iterable[tuple[ResourceType, Mapping[str, Any]]]) -> int:
-        """Seed: create or overwrite each object unconditionally (no checks, no copies)."""
+        """Preload: create or overwrite each object unconditionally (no checks, no copies)."""
         events: list[WatchEvent] = []
         with self._lock:
             for rt, obj in rt_objects:

@@ -18,7 +18,7 @@ from testkit.k8s import (
     register_cluster,
     stop_all,
 )
-from testkit.kube import FleetSpec, KubeApiDouble, objects, seed_fleet
+from testkit.kube import FleetSpec, KubeApiDouble, objects, preload_fleet
 from testkit.waiting import wait_for
 
 EXCLUDED = {"kube-system", "kube-public"}
@@ -38,7 +38,7 @@ def test_a_5000_pod_inventory_reaches_the_console_counted_truncated_and_without_
     kube_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    fleet = seed_fleet(kube_api)
+    fleet = preload_fleet(kube_api)
     kube_api.put(objects.namespace("proxima-system"))
     slug, token = register_cluster(k8s_console, "Production RKE2")
     agent = cluster_agent(
@@ -115,7 +115,7 @@ def _running_collector(
     name: str,
     env: dict[str, str] | None = None,
 ):
-    seed_fleet(kube, FleetSpec(pods=120, nodes=4, app_namespaces=4, rollouts=2))
+    preload_fleet(kube, FleetSpec(pods=120, nodes=4, app_namespaces=4, rollouts=2))
     slug, token = register_cluster(console, name)
     agent = cluster_agent(
         tmp_path, console, kube_env, token=token, cluster_name=name, env=env

@@ -22,7 +22,7 @@ from contracts.inventory import InventoryProblem, assemble, split_chunk
 from contracts.vocabulary import AgentType
 from contracts.vocabulary.inventory import InventoryProblemKind
 from testkit.agent_state import make_state
-from testkit.kube import FleetSpec, KubeApiDouble, objects, seed_fleet
+from testkit.kube import FleetSpec, KubeApiDouble, objects, preload_fleet
 
 CONFIG = InventoryConfig("Prod", "prod", 300.0, pod_limit=5000)
 SPEC = FleetSpec(pods=90, nodes=3, app_namespaces=3, rollouts=1)
@@ -33,7 +33,7 @@ def _kinds(reading: Any) -> set[str]:
 
 
 def test_every_kind_is_read_and_summarized(kube_api: KubeApiDouble, kube_client: Any) -> None:
-    fleet = seed_fleet(kube_api, SPEC)
+    fleet = preload_fleet(kube_api, SPEC)
     reading = InventoryReader(kube_client).read(CONFIG)
     assert _kinds(reading) == {k.plural for k in KINDS}
     counts = reading.snapshot.counts
@@ -69,7 +69,7 @@ def test_a_crash_looping_pod_shows_the_reason_like_kubectl(
 def test_an_expired_continue_token_relists_that_kind_from_the_start(
     kube_api: KubeApiDouble, kube_client: Any
 ) -> None:
-    seed_fleet(kube_api, SPEC)
+    preload_fleet(kube_api, SPEC)
     reader = InventoryReader(kube_client, page_size=20)
     real = reader._listers["pods"]
     calls = []
@@ -92,7 +92,7 @@ def test_an_expired_continue_token_relists_that_kind_from_the_start(
 def test_a_forbidden_kind_is_left_out_and_named_while_the_rest_flows(
     kube_api: KubeApiDouble, kube_client: Any
 ) -> None:
-    seed_fleet(kube_api, SPEC)
+    preload_fleet(kube_api, SPEC)
     kube_api.forbid("cronjobs", group="batch", verbs=["list"])
     kube_api.set_rollouts("forbidden")
     reading = InventoryReader(kube_client).read(CONFIG)
@@ -113,7 +113,7 @@ def test_a_forbidden_kind_is_left_out_and_named_while_the_rest_flows(
 def test_another_refusal_of_a_kind_is_unreadable_while_the_rest_flows(
     kube_api: KubeApiDouble, kube_client: Any
 ) -> None:
-    seed_fleet(kube_api, SPEC)
+    preload_fleet(kube_api, SPEC)
     kube_api.fail("jobs", code=400, group="batch", verbs="list", message="bad selector")
     reading = InventoryReader(kube_client).read(CONFIG)
     assert reading.snapshot.counts["pods"] == 90 and "jobs" not in reading.snapshot.counts
@@ -129,7 +129,7 @@ def test_another_refusal_of_a_kind_is_unreadable_while_the_rest_flows(
 
 def test_a_clean_sync_says_it_has_no_problems(kube_api: KubeApiDouble, kube_client: Any) -> None:
     """An empty list, not None: None is what an agent that does not send problems yet says."""
-    seed_fleet(kube_api, SPEC)
+    preload_fleet(kube_api, SPEC)
     assert InventoryReader(kube_client).read(CONFIG).snapshot.problems == []
 
 
@@ -137,7 +137,7 @@ def test_a_clean_sync_says_it_has_no_problems(kube_api: KubeApiDouble, kube_clie
 def test_a_failing_api_server_abandons_the_sync(
     kube_api: KubeApiDouble, kube_client: Any, code: int
 ) -> None:
-    seed_fleet(kube_api, SPEC)
+    preload_fleet(kube_api, SPEC)
     kube_api.fail("services", code=code, verbs="list")
     with pytest.raises(KubernetesUnavailableError) as caught:
         InventoryReader(kube_client).read(CONFIG)
@@ -155,7 +155,7 @@ def test_the_api_server_down_is_unavailable_not_a_crash(
 
 def test_in_cluster_configuration_from_a_service_account_mount(tmp_path: Path) -> None:
     with KubeApiDouble(tls=True) as kube:
-        seed_fleet(kube, FleetSpec(pods=10, nodes=1, app_namespaces=1, rollouts=0))
+        preload_fleet(kube, FleetSpec(pods=10, nodes=1, app_namespaces=1, rollouts=0))
         mount = kube.write_service_account(tmp_path / "sa")
         api = make_api_client(mount, user_agent="proxima-agent/test", environ=kube.in_cluster_env())
         try:
@@ -172,7 +172,7 @@ def test_in_cluster_configuration_from_a_service_account_mount(tmp_path: Path) -
 async def test_the_collector_collects_chunks_under_a_max_payload_and_heartbeats_as_leader(
     kube_api: KubeApiDouble,
 ) -> None:
-    seed_fleet(kube_api, SPEC)
+    preload_fleet(kube_api, SPEC)
     settings = AgentSettings(
         agent_type="k8s-cluster-collector", cluster_name="Prod West", pod_limit=50
     )

@@ -24,7 +24,7 @@ from testkit.k8s import (
     register_cluster,
     stop_all,
 )
-from testkit.kube import FleetSpec, KubeApiDouble, objects, seed_fleet
+from testkit.kube import FleetSpec, KubeApiDouble, objects, preload_fleet
 from testkit.waiting import await_for, wait_for
 
 TIMING = LeaseTiming(lease_duration=2.0, renew_deadline=1.5, retry_period=0.3)
@@ -180,8 +180,8 @@ async def test_a_forbidden_lease_is_reported_once_with_the_fix(
 # -- real processes -------------------------------------------------------------------------------
 
 
-def _seed(kube: KubeApiDouble) -> None:
-    seed_fleet(kube, FleetSpec(pods=150, nodes=4, app_namespaces=4, rollouts=1))
+def _preload(kube: KubeApiDouble) -> None:
+    preload_fleet(kube, FleetSpec(pods=150, nodes=4, app_namespaces=4, rollouts=1))
     kube.put(objects.namespace(NAMESPACE))
 
 
@@ -199,7 +199,7 @@ def test_three_collectors_elect_one_leader_and_a_standby_publishes_soon_after_it
     kube_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    _seed(kube_api)
+    _preload(kube_api)
     slug, token = register_cluster(k8s_console, "HA Three")
     started = time.monotonic()
     agents = [
@@ -269,7 +269,7 @@ def test_two_collectors_hand_over_at_once_when_the_leader_stops_cleanly(
     kube_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    _seed(kube_api)
+    _preload(kube_api)
     _slug, token = register_cluster(k8s_console, "HA Two")
     started = time.monotonic()
     agents = [

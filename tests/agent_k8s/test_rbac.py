@@ -19,7 +19,7 @@ from agent.cluster import (
     LeaseTiming,
 )
 from testkit.chart import CI_VALUES, Helm, env
-from testkit.kube import FleetSpec, KubeApiDouble, objects, seed_fleet
+from testkit.kube import FleetSpec, KubeApiDouble, objects, preload_fleet
 
 RELEASE_NAMESPACE = "proxima-system"
 
@@ -56,7 +56,7 @@ def test_the_chart_grants_the_collector_exactly_what_its_calls_need(
     helm: Helm, kube_api: KubeApiDouble
 ) -> None:
     cluster_role, role, lease_name = _rbac(helm)
-    seed_fleet(kube_api, FleetSpec(pods=60, nodes=3, app_namespaces=2, rollouts=1))
+    preload_fleet(kube_api, FleetSpec(pods=60, nodes=3, app_namespaces=2, rollouts=1))
     kube_api.put(objects.namespace(RELEASE_NAMESPACE))
     kube_api.enforce_rbac(cluster_role["rules"] + role["rules"])
 

@@ -1,4 +1,4 @@
-"""Data migrations: bad rows seeded at the revision before, then ``upgrade head``."""
+"""Data migrations: bad rows preloaded at the revision before, then ``upgrade head``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from console.core.db import alembic_config
 HUGE = "1." + "0" * 900_000  # a version an old Console stored from a heartbeat
 
 
-def _seed(url: str, agents: dict[str, dict[str, str | None]], kubernetes: str) -> None:
+def _preload(url: str, agents: dict[str, dict[str, str | None]], kubernetes: str) -> None:
     engine = sa.create_engine(url)
     when = "2026-01-01 00:00:00"
     try:
@@ -61,7 +61,7 @@ def test_values_over_their_bounds_are_cleared_once_by_a_migration(database_url):
     if sqlite:
         agents["huge"] = {**good, "version": HUGE, "instance_id": "i" * 65}
         agents["slug"] = {**good, "cluster_slug": "s" * 254}
-    _seed(url, agents, kubernetes="v" * 65 if sqlite else "v1.31.0")
+    _preload(url, agents, kubernetes="v" * 65 if sqlite else "v1.31.0")
 
     command.upgrade(alembic_config(url), "head")
 

@@ -53,7 +53,7 @@ def test_a_build_uploaded_through_one_console_downloads_from_another(replicas, b
 
 
 async def test_a_build_of_many_chunks_streams_back_byte_for_byte(services):
-    data = hashlib.sha256(b"seed").digest() * (CHUNK_BYTES // 32 * 5 // 2 + 7)  # 2.5 MiB + a bit
+    data = hashlib.sha256(b"chunk").digest() * (CHUNK_BYTES // 32 * 5 // 2 + 7)  # 2.5 MiB + a bit
     sha = hashlib.sha256(data).hexdigest()
     assert await services.run(
         lambda uow: store_blob(uow.session, sha, io.BytesIO(data)), write=True

@@ -1,8 +1,10 @@
 """Docs, comments and docstrings say the fact, never a work-tracker reference a reader cannot
 look up ("issue N", "session N", "step N" of a plan, N a number), and "seed" means only the nkey
-seed, the wave shuffle seed or data put into a store, never the spec ("the chart's page").
+seed or the wave shuffle seed: never the spec ("the chart's page"), never data put straight into a
+store or a test double (that is "preload": ``preload_fleet``, ``testkit.preload``).
 
-What broke: ~150 places cited tracker and session numbers, and ~50 called the spec a seed.
+What broke: ~150 places cited tracker and session numbers, ~50 called the spec a seed, and the
+test kit and benchmarks "seeded" stores (``seed_fleet``, ``bench.kube_seed``, ``--no-seed``).
 A numbered step is fine where the page it belongs to has that step: a Markdown page's own
 numbered list, or one of a page the file names (``docs/<page>.md``)."""
 
@@ -49,6 +51,13 @@ PAGE = re.compile(r"\bdocs/([\w-]+\.md)\b")
 SPEC_SEED = re.compile(r"\bthe seed(?:'s)?\b", re.I)
 #: The bare forms that mean the nkey seed or the wave seed, as the code uses them.
 KEY_SEED = re.compile(r"\bthe seed (?:signs|is searched)\b|\b(?:never|be|without) the seed\b", re.I)
+#: "seed" for data put straight into a store, in prose or in code: neither key nor wave seed is
+#: ever "seeded"/"seeding", nor names a helper that fills a store.
+DATA_SEED = re.compile(
+    r"\bseed(?:ed|ing)|\b_?seed_(?:fleet|agents?|records|failures)\b|\bkube_seed\b|--no-seed\b"
+    r"|\bseed it\b",
+    re.I,
+)
 
 
 def _files() -> list[Path]:
@@ -101,6 +110,10 @@ def problems(path: Path, text: str) -> list[str]:
         for m in SPEC_SEED.finditer(line):
             if not any(a <= m.start() and m.end() <= b for a, b in allowed):
                 found.append(f'{where}: {m.group(0)!r}: the spec is "the chart\'s page"')
+    for number, line in enumerate(text.splitlines(), 1):
+        where = f"{path.relative_to(REPO) if path.is_relative_to(REPO) else path}:{number}"
+        for m in DATA_SEED.finditer(line):
+            found.append(f"{where}: {m.group(0)!r}: data put straight into a store is preloaded")
     return found
 
 
@@ -118,6 +131,7 @@ def test_the_check_finds_what_it_is_for(tmp_path: Path) -> None:
         f'"""Rollouts (issue {n}, High {n}) met the step-{n} goal."""\n'
         f"# The {seed}'s Common Issues row.\n"
         f"X = 1  # session {n} measured it, before step {n}\n"
+        f"fleet = {seed}_fleet(kube)  # {seed}ed in a second (bench.kube_{seed}, --no-{seed})\n"
     )
     kinds = "\n".join(problems(bad, bad.read_text()))
     for phrase in (
@@ -127,6 +141,10 @@ def test_the_check_finds_what_it_is_for(tmp_path: Path) -> None:
         f"The {seed}'s",
         f"session {n}",
         f"step {n}'",
+        f"{seed}_fleet",
+        f"{seed}ed",
+        f"kube_{seed}",
+        f"--no-{seed}",
     ):
         assert phrase in kinds, (phrase, kinds)
     good = tmp_path / "good.md"
@@ -134,5 +152,7 @@ def test_the_check_finds_what_it_is_for(tmp_path: Path) -> None:
         "1. Plan.\n2. Apply.\n\nStep 2 applies it; steps 1 to 2 are the flow.\n"
         "The seed signs the nonce; the agent's nkey seed is never logged, never the seed.\n"
         "Waves are deterministic per seed (`random.Random(seed)`). Common Issues, issued 3 times.\n"
+        "`RolloutCreate(seed=...)`, `pending_seed`, `nkeys.from_seed(seed)`, `--hypothesis-seed`;\n"
+        "data goes in with `preload_fleet(kube)` (`python -m bench.kube_preload --no-preload`).\n"
     )
     assert problems(good, good.read_text()) == []

@@ -79,7 +79,7 @@ async def _beat(nc, agent_id, ident, **extra):
     await nc.flush()
 
 
-async def _seed_failures(console, kube):
+async def _stage_failures(console, kube):
     """One of each failure story of the chart's page."""
     token = console.install_token()
     # Two processes on one identity, reporting different versions.
@@ -173,10 +173,10 @@ async def _seed_failures(console, kube):
     return [nc1, nc2, nc3, nc4, nc5], shared_id, revoked
 
 
-async def test_the_audit_finds_each_seeded_failure(audit_console, tmp_path):
+async def test_the_audit_finds_each_staged_failure(audit_console, tmp_path):
     with KubeApiDouble() as kube:
         kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
-        conns, shared_id, revoked = await _seed_failures(audit_console, kube)
+        conns, shared_id, revoked = await _stage_failures(audit_console, kube)
         try:
             wait_for(lambda: "version_flapping" in audit_console.agent(shared_id)["flags"])
             wait_for(

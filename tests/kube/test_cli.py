@@ -1,4 +1,4 @@
-"""`python -m testkit.kube` serves a seeded double to other processes until SIGTERM."""
+"""`python -m testkit.kube` serves a preloaded double to other processes until SIGTERM."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import kubernetes.client as k8s
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from testkit.kube import KubeApiDouble, objects, seed_fleet
+from testkit.kube import KubeApiDouble, objects, preload_fleet
 from testkit.kube.fleet import FleetSpec
 
 
@@ -63,10 +63,10 @@ def test_duplicates_and_missing_namespaces_fail_like_the_api_server(
     assert _status(nowhere.value)["message"] == 'namespaces "no-such-ns" not found'
 
 
-def test_every_seeded_kind_deserializes_into_the_official_models(
+def test_every_preloaded_kind_deserializes_into_the_official_models(
     kube_api: KubeApiDouble, kube_client: k8s.ApiClient
 ) -> None:
-    fleet = seed_fleet(kube_api, FleetSpec(pods=300, nodes=6))
+    fleet = preload_fleet(kube_api, FleetSpec(pods=300, nodes=6))
     core, apps, batch = (
         k8s.CoreV1Api(kube_client),
         k8s.AppsV1Api(kube_client),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from testkit.kube import FleetSpec, KubeApiDouble, build_fleet, seed_fleet
+from testkit.kube import FleetSpec, KubeApiDouble, build_fleet, preload_fleet
 
 
 def test_the_fleet_is_the_same_on_every_build() -> None:
@@ -12,9 +12,9 @@ def test_the_fleet_is_the_same_on_every_build() -> None:
     assert first_fleet == second_fleet
 
 
-def test_five_thousand_pods_seed_with_every_phase_and_kind(kube_api: KubeApiDouble) -> None:
-    """How fast they seed is a figure of ``python -m bench.kube_seed``, not an assertion."""
-    fleet = seed_fleet(kube_api)
+def test_five_thousand_pods_preload_with_every_phase_and_kind(kube_api: KubeApiDouble) -> None:
+    """How fast they preload is a figure of ``python -m bench.kube_preload``, not an assertion."""
+    fleet = preload_fleet(kube_api)
     assert kube_api.count("pods") == 5000 == sum(fleet.pods_by_namespace.values())
     assert kube_api.count("nodes") == 50
     assert {"Running", "Pending", "Failed", "Succeeded"} <= set(fleet.pods_by_phase)
@@ -32,7 +32,7 @@ def test_five_thousand_pods_seed_with_every_phase_and_kind(kube_api: KubeApiDoub
         assert fleet.counts[kind] > 0, kind
 
 
-def test_every_owner_reference_points_at_a_seeded_object() -> None:
+def test_every_owner_reference_points_at_a_preloaded_object() -> None:
     _, objects = build_fleet(FleetSpec(pods=1500, nodes=12))
     uids = {o["metadata"]["uid"] for o in objects}
     owned = [o for o in objects if o["metadata"].get("ownerReferences")]

@@ -8,7 +8,7 @@ import kubernetes.client as k8s
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from testkit.kube import KubeApiDouble, objects, seed_fleet
+from testkit.kube import KubeApiDouble, objects, preload_fleet
 from testkit.kube.fleet import FleetSpec
 
 
@@ -25,7 +25,7 @@ def _pages(list_call, **kwargs):  # type: ignore[no-untyped-def]
 def test_five_thousand_pods_page_by_500_with_continue_tokens(
     kube_api: KubeApiDouble, kube_client: k8s.ApiClient
 ) -> None:
-    fleet = seed_fleet(kube_api)
+    fleet = preload_fleet(kube_api)
     core = k8s.CoreV1Api(kube_client)
 
     pages = list(_pages(core.list_pod_for_all_namespaces))
@@ -57,7 +57,7 @@ def _pages_raw(core: k8s.CoreV1Api, **kwargs):  # type: ignore[no-untyped-def]
 def test_typed_pages_carry_continue_and_remaining_count(
     kube_api: KubeApiDouble, kube_client: k8s.ApiClient
 ) -> None:
-    seed_fleet(kube_api, FleetSpec(pods=1200, nodes=10))
+    preload_fleet(kube_api, FleetSpec(pods=1200, nodes=10))
     core = k8s.CoreV1Api(kube_client)
     first = core.list_namespaced_pod("kube-system", limit=7)
     assert (
@@ -78,7 +78,7 @@ def test_typed_pages_carry_continue_and_remaining_count(
 def test_a_bad_or_compacted_continue_token_is_refused(
     kube_api: KubeApiDouble, kube_client: k8s.ApiClient
 ) -> None:
-    seed_fleet(kube_api, FleetSpec(pods=50, nodes=3))
+    preload_fleet(kube_api, FleetSpec(pods=50, nodes=3))
     core = k8s.CoreV1Api(kube_client)
     with pytest.raises(ApiException) as bad:
         core.list_pod_for_all_namespaces(limit=10, _continue="not-a-token")
@@ -143,7 +143,7 @@ def test_field_selectors_on_pods(labelled: KubeApiDouble, kube_client: k8s.ApiCl
 
 
 def test_selectors_and_paging_combine(kube_api: KubeApiDouble, kube_client: k8s.ApiClient) -> None:
-    fleet = seed_fleet(kube_api, FleetSpec(pods=2000, nodes=20))
+    fleet = preload_fleet(kube_api, FleetSpec(pods=2000, nodes=20))
     core = k8s.CoreV1Api(kube_client)
     selected = [
         item["metadata"]["namespace"]

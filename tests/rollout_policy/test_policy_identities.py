@@ -43,7 +43,7 @@ def claim(*signals: tuple[str, str], key: str = "UNEW") -> EnrollmentClaim:
     return EnrollmentClaim(public_key=key, signals=frozenset(signals))
 
 
-def test_the_defaults_are_the_seeds_five_minutes_and_the_consoles_stale_timeout() -> None:
+def test_the_defaults_are_the_chart_pages_five_minutes_and_the_consoles_stale_timeout() -> None:
     assert DEFAULT_QUIET_WINDOW_SECONDS == 300.0
     assert DEFAULT_STALE_AFTER_SECONDS == 70.0
 

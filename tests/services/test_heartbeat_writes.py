@@ -49,7 +49,7 @@ def test_a_batch_writes_each_heartbeat_to_its_own_row_and_never_a_revoked_one(
     from console.models import Agent, table_of
     from console.services.heartbeats import record_heartbeats
     from contracts.messages import Heartbeat
-    from testkit.seeding import agent_row
+    from testkit.preload import agent_row
 
     migrate(database_url)
     engine = make_engine(database_url)

@@ -26,7 +26,7 @@ from testkit import REPO
 from testkit.collector import SimulatedCollector, helm_sets
 from testkit.console import QUIET_ENV
 from testkit.k8s import FAST_LEASE
-from testkit.kube import FleetSpec, seed_fleet
+from testkit.kube import FleetSpec, preload_fleet
 from testkit.kube import objects as kube_objects
 
 CHART = REPO / "chart" / "proxima-agent"
@@ -230,7 +230,7 @@ def test_the_wizard_onboards_a_cluster_until_all_three_checks_are_green(
     # The cluster agent as the chart's StatefulSet runs it (pod name, token file, the page's
     # name and slug), against the Kubernetes API double; its sync interval differs from the
     # Console's PROXIMA_K8S_SYNC_INTERVAL (5m) on purpose: the drift warning must show.
-    fleet = seed_fleet(
+    fleet = preload_fleet(
         kube_api, FleetSpec(pods=40, nodes=3, control_plane_nodes=1, app_namespaces=2, rollouts=1)
     )
     kube_api.put(kube_objects.namespace("proxima-system"))

@@ -1,6 +1,6 @@
-"""Seconds to seed the Kubernetes API double with a generated fleet (5,000 pods by default).
+"""Seconds to preload the Kubernetes API double with a generated fleet (5,000 pods by default).
 
-    .venv/bin/python -m bench.kube_seed [--pods 5000] [--nodes 50] [--runs 3]
+    .venv/bin/python -m bench.kube_preload [--pods 5000] [--nodes 50] [--runs 3]
 
 Was a unit-test assertion (under 2 s); a figure to read, not a pass/fail, on a shared machine.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from testkit.kube import FleetSpec, KubeApiDouble, seed_fleet
+from testkit.kube import FleetSpec, KubeApiDouble, preload_fleet
 
 
 def main() -> None:
@@ -22,9 +22,9 @@ def main() -> None:
     for run in range(1, args.runs + 1):
         with KubeApiDouble() as kube:
             started = time.perf_counter()
-            seed_fleet(kube, FleetSpec(pods=args.pods, nodes=args.nodes))
+            preload_fleet(kube, FleetSpec(pods=args.pods, nodes=args.nodes))
             elapsed = time.perf_counter() - started
-            print(f"run {run}: {args.pods} pods on {args.nodes} nodes seeded in {elapsed:.2f} s")
+            print(f"run {run}: {args.pods} pods on {args.nodes} nodes preloaded in {elapsed:.2f} s")
 
 
 if __name__ == "__main__":
