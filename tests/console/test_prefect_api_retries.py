@@ -8,6 +8,7 @@ A real HTTP server on loopback answers as a busy Prefect does, then as a well on
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 
@@ -15,6 +16,10 @@ import pytest
 
 from console.prefect_api import RETRIES, PrefectApi
 from testkit.net import LoopbackHTTPServer, send_json
+
+#: Prefect's ids are UUIDs, and the Console builds its paths from nothing else.
+RUN = uuid.UUID(int=1)
+DEPLOYMENT = uuid.UUID(int=2)
 
 
 class BusyPrefect:
@@ -44,9 +49,9 @@ class BusyPrefect:
                 elif self.path.endswith("/resume"):
                     status, body = 200, {"status": "ACCEPT", "details": {}}
                 elif self.path.startswith("/deployments/name/"):
-                    status, body = 200, {"id": "d-1"}
+                    status, body = 200, {"id": str(DEPLOYMENT)}
                 elif self.path.endswith("/create_flow_run"):
-                    status, body = 201, {"id": "run-1"}
+                    status, body = 201, {"id": str(RUN)}
                 else:
                     status, body = 200, {"state": {"type": "PAUSED", "name": "Suspended"}}
                 send_json(self, status, body)
@@ -75,11 +80,11 @@ async def test_a_resume_and_a_read_answered_5xx_are_tried_again(
     busy_prefect: tuple[BusyPrefect, str],
 ) -> None:
     prefect, url = busy_prefect
-    answer = await PrefectApi(url).resume("run-1", {"decision": "resume"})
+    answer = await PrefectApi(url).resume(RUN, {"decision": "resume"})
     assert answer.accepted, answer
-    state = await PrefectApi(url).flow_run_state("run-1")
+    state = await PrefectApi(url).flow_run_state(RUN)
     assert state is not None and state.type == "PAUSED"
-    assert prefect.seen.count(("POST", "/flow_runs/run-1/resume")) == RETRIES + 1
+    assert prefect.seen.count(("POST", f"/flow_runs/{RUN}/resume")) == RETRIES + 1
 
 
 @pytest.mark.parametrize("busy_prefect", [RETRIES + 1], indirect=True)
@@ -87,9 +92,9 @@ async def test_a_prefect_busy_for_longer_is_reported_not_waited_on_for_ever(
     busy_prefect: tuple[BusyPrefect, str],
 ) -> None:
     prefect, url = busy_prefect
-    answer = await PrefectApi(url).resume("run-1", {"decision": "resume"})
+    answer = await PrefectApi(url).resume(RUN, {"decision": "resume"})
     assert not answer.accepted and "503" in answer.detail
-    assert prefect.seen.count(("POST", "/flow_runs/run-1/resume")) == RETRIES + 1
+    assert prefect.seen.count(("POST", f"/flow_runs/{RUN}/resume")) == RETRIES + 1
 
 
 @pytest.mark.parametrize("busy_prefect", [1], indirect=True)
@@ -101,4 +106,4 @@ async def test_creating_a_flow_run_is_never_sent_twice(
     with pytest.raises(Exception, match="503"):
         await PrefectApi(url).start_deployment("fleet-rollout/fleet-rollout", {})
     assert prefect.seen.count(("GET", "/deployments/name/fleet-rollout/fleet-rollout")) == 2
-    assert prefect.seen.count(("POST", "/deployments/d-1/create_flow_run")) == 1
+    assert prefect.seen.count(("POST", f"/deployments/{DEPLOYMENT}/create_flow_run")) == 1
