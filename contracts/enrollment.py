@@ -145,10 +145,12 @@ class EnrollmentPreview(BaseModel):
 
     dry_run: bool = True
     action: EnrollmentAction = Field(description="create, same_identity or rebind")
-    agent_id: str | None = Field(default=None, description="The record it would bind, if any")
+    agent_id: Identifier | None = Field(
+        default=None, description="The record it would bind, if any"
+    )
     agent_type: AgentType
-    name: str
-    environment_id: str
+    name: Name
+    environment_id: Identifier
     how: RebindHow | None = Field(
         default=None, description="For a re-bind: released (after release-identity) or quiet"
     )
