@@ -9,6 +9,7 @@ and NATS observer; a real control plane (``tests/cluster``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -42,9 +43,10 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 # -- databases and Consoles ------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[ThrowawayPostgres]:
-    """One throwaway cluster per run. Where PROXIMA_REQUIRE_POSTGRES=1 (CI) its absence fails."""
+@contextlib.contextmanager
+def _throwaway_postgres() -> Iterator[ThrowawayPostgres]:
+    """A started cluster, stopped on exit. Where PROXIMA_REQUIRE_POSTGRES=1 (CI) its absence
+    fails the test; elsewhere it skips it."""
     try:
         pg = ThrowawayPostgres()
         pg.start()
@@ -58,21 +60,19 @@ def postgres() -> Iterator[ThrowawayPostgres]:
         pg.stop()
 
 
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[ThrowawayPostgres]:
+    """One throwaway cluster per run."""
+    with _throwaway_postgres() as pg:
+        yield pg
+
+
 @pytest.fixture
 def own_postgres() -> Iterator[ThrowawayPostgres]:
     """A cluster of the test's own, for tests that stop it (``halt``/``resume``), which the
     session's shared one must never see."""
-    try:
-        pg = ThrowawayPostgres()
-        pg.start()
-    except (PostgresUnavailableError, OSError) as exc:
-        if os.environ.get("PROXIMA_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL required but unavailable: {exc}")
-        pytest.skip(f"PostgreSQL unavailable here: {exc}")
-    try:
+    with _throwaway_postgres() as pg:
         yield pg
-    finally:
-        pg.stop()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

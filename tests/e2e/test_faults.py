@@ -31,7 +31,7 @@ from rollout_policy import AgentId, PercentGrowth, WavePolicy, plan_waves
 from testkit.agents import AgentProcess
 from testkit.builds import ArtifactServer, Builds
 from testkit.console import ConsoleFactory, ConsoleProcess
-from testkit.postgres import PostgresUnavailableError, ThrowawayPostgres
+from testkit.postgres import ThrowawayPostgres
 from testkit.swarm import Delivery, Swarm
 from testkit.waiting import wait_for
 
@@ -277,23 +277,6 @@ def test_a_console_killed_mid_wave_loses_no_result(
     real = [t for t in rollout["targets"] if t["agent_id"] in f.real_ids]
     assert [t["status"] for t in real] == ["succeeded"] * REAL_AGENTS, real
     f.finish()
-
-
-@pytest.fixture
-def own_postgres() -> Iterator[ThrowawayPostgres]:
-    """A cluster of its own: this test stops it, which the session's shared one must never
-    see."""
-    try:
-        pg = ThrowawayPostgres()
-        pg.start()
-    except (PostgresUnavailableError, OSError) as exc:
-        if os.environ.get("PROXIMA_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL required but unavailable: {exc}")
-        pytest.skip(f"PostgreSQL unavailable: {exc}")
-    try:
-        yield pg
-    finally:
-        pg.stop()
 
 
 def _ingested(console: ConsoleProcess) -> float:
